@@ -1,0 +1,39 @@
+# foldexp — `make help` lists the targets.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help install run test lint format bench demo clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# The pinned CPU wheel first: an unpinned torch would pull a multi-GB CUDA build.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install foldexp with its test tools (idempotent)
+
+run: $(STAMP) ## run the default experiment (offline)
+	$(VENV)/bin/foldexp demo
+
+test: $(STAMP) ## run the test suite
+	$(PY) -m pytest -q
+
+lint: $(STAMP) ## ruff format check and lint
+	$(VENV)/bin/ruff format --check foldexp tests benchmarks
+	$(VENV)/bin/ruff check foldexp tests benchmarks
+
+format: $(STAMP) ## apply ruff formatting and autofixes
+	$(VENV)/bin/ruff format foldexp tests benchmarks
+	$(VENV)/bin/ruff check --fix foldexp tests benchmarks
+
+bench: $(STAMP) ## engine throughput benchmark (Tree-LSTM, 256 trees of 64 leaves)
+	$(PY) benchmarks/engine_treelstm.py
+
+clean: ## remove the virtual environment and caches
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,92 @@
+"""Eager, one-input evaluation of a block: the oracle for the batching engine.
+
+Every operation runs the moment a block asks for it, on a batch of one, with no tracing,
+scheduling or batching. ``Block.eval`` and ``Block.max_depth`` use it; tests compare the
+compiled, batched engine against it, values and gradients.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from foldexp.blocks._base import Block
+from foldexp.blocks._ops import Op
+from foldexp.types import PyObjectType, TensorType, Type
+
+__all__ = ["EagerTracer", "eval_block", "depth_of", "unbatch"]
+
+
+def payload_tensor(ttype: TensorType, payload: Any) -> torch.Tensor:
+    """One constant as a tensor of ``ttype`` (no batch dimension)."""
+    if isinstance(payload, torch.Tensor):
+        t = payload.to(ttype.dtype)
+    else:
+        t = torch.as_tensor(np.asarray(payload), dtype=ttype.dtype)
+    return t.reshape(ttype.shape)
+
+
+class EagerTracer:
+    """Runs operations immediately; tensor values are tensors with a batch dimension of one."""
+
+    def __init__(self, device: torch.device | str | None = None) -> None:
+        self.device = torch.device(device) if device is not None else None
+        self.metrics: dict[str, list[torch.Tensor]] = {}
+        self.depth: dict[int, int] = {}  # id(tensor) → depth, for max_depth
+        self.max_depth = 0
+        self._alive: list[torch.Tensor] = []
+
+    def constant(self, ttype: TensorType, payload: Any) -> torch.Tensor:
+        t = payload_tensor(ttype, payload).unsqueeze(0)
+        return t.to(self.device) if self.device is not None else t
+
+    def zeros(self, ttype: TensorType) -> torch.Tensor:
+        return torch.zeros((1, *ttype.shape), dtype=ttype.dtype, device=self.device)
+
+    def apply(self, op: Op, args: list[Any]) -> list[Any]:
+        d = 1 + max((self.depth.get(id(a), 0) for a in args), default=0)
+        outs = op.forward(args)
+        for o in outs:
+            self.depth[id(o)] = d
+        self._alive.extend(outs)  # keeps every output alive so that no id() is reused
+        self.max_depth = max(self.max_depth, d)
+        return outs
+
+    def metric(self, name: str, value: Any) -> None:
+        self.metrics.setdefault(name, []).append(value)
+
+
+def unbatch(value: Any) -> Any:
+    """Drops the batch dimension of one from every tensor inside ``value``."""
+    if isinstance(value, torch.Tensor):
+        return value[0]
+    if isinstance(value, tuple):
+        return tuple(unbatch(v) for v in value)
+    if isinstance(value, list):
+        return [unbatch(v) for v in value]
+    return value
+
+
+def _typed(block: Block, input_type: Type | None) -> None:
+    block.infer(
+        input_type
+        if input_type is not None
+        else (block.input_type or block._declared_input or PyObjectType())
+    )
+
+
+def eval_block(block: Block, x: Any, input_type: Type | None = None) -> Any:
+    """Evaluates ``block`` on one input eagerly; tensors come back without a batch dimension."""
+    _typed(block, input_type)
+    return unbatch(block._trace(EagerTracer(), x))
+
+
+def depth_of(block: Block, x: Any, input_type: Type | None = None) -> int:
+    """The depth of the deepest operation ``block`` performs on ``x`` (constants are depth 0)."""
+    _typed(block, input_type)
+    tr = EagerTracer()
+    with torch.no_grad():
+        block._trace(tr, x)
+    return tr.max_depth

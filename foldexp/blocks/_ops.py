@@ -1,0 +1,104 @@
+"""Operations: the unit the engine batches.
+
+An ``Op`` is one batched tensor function with flat, typed inputs and outputs. ``Function``,
+``Concat`` and the layers each own exactly one op; every invocation of a block on some node of
+some input becomes one invocation of its op, and the scheduler batches invocations of the same op
+at the same depth into a single call of ``Op.forward`` on tensors with a leading batch dimension.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from foldexp.types import TensorType, TupleType, Type, flatten_tensor_types
+
+__all__ = ["Op", "structure_flattener", "structure_builder"]
+
+
+def structure_flattener(t: Type) -> Callable[[Any], list[Any]]:
+    """A fast function from a value of (nested) tuple type ``t`` to its flat list of tensors."""
+    if isinstance(t, TensorType):
+        return lambda x: [x]
+    assert isinstance(t, TupleType)
+    if all(isinstance(i, TensorType) for i in t.items):
+        return list
+    parts = [structure_flattener(i) for i in t.items]
+
+    def flatten(x: Any) -> list[Any]:
+        out: list[Any] = []
+        for f, item in zip(parts, x):
+            out.extend(f(item))
+        return out
+
+    return flatten
+
+
+def structure_builder(t: Type) -> Callable[[Sequence[Any]], Any]:
+    """The inverse of ``structure_flattener``: a flat list back into the nested structure."""
+    if isinstance(t, TensorType):
+        return lambda flat: flat[0]
+    assert isinstance(t, TupleType)
+    if all(isinstance(i, TensorType) for i in t.items):
+        return tuple
+    sizes = [len(flatten_tensor_types(i)) for i in t.items]
+    builders = [structure_builder(i) for i in t.items]
+
+    def build(flat: Sequence[Any]) -> Any:
+        out, pos = [], 0
+        for n, b in zip(sizes, builders):
+            out.append(b(flat[pos : pos + n]))
+            pos += n
+        return tuple(out)
+
+    return build
+
+
+class Op:
+    """A batched tensor function ``fn`` with typed flat inputs and outputs.
+
+    Args:
+        fn: called as ``fn(*args)`` where ``args`` follow the nested input structure, each tensor
+            with a leading batch dimension; returns a tensor or a (nested) tuple of tensors.
+        input_type: a tensor type or nested tuple of tensor types (no batch dimension).
+        output_type: likewise, for what ``fn`` returns.
+        module: the ``nn.Module`` holding the op's parameters, if any; gradients are computed
+            with respect to its parameters.
+        name: shown in schedules.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        input_type: Type,
+        output_type: Type,
+        module: torch.nn.Module | None,
+        name: str,
+    ) -> None:
+        self.fn = fn
+        self.input_type = input_type
+        self.output_type = output_type
+        self.module = module
+        self.name = name
+        self.in_types = flatten_tensor_types(input_type)
+        self.out_types = flatten_tensor_types(output_type)
+        self.n_out = len(self.out_types)
+        self._build_args = structure_builder(input_type)
+        self._flatten_out = structure_flattener(output_type)
+        self._spread = isinstance(input_type, TupleType)
+
+    def forward(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Runs the op on flat batched inputs; returns flat batched outputs."""
+        if self._spread:
+            out = self.fn(*self._build_args(args))
+        else:
+            out = self.fn(args[0])
+        return self._flatten_out(out)
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.module.parameters()) if self.module is not None else []
+
+    def __repr__(self) -> str:
+        return f"Op({self.name})"

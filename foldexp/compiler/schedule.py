@@ -1,0 +1,190 @@
+"""Scheduling: the paper's steps 2–5, vectorised with numpy over the whole trace.
+
+Given a ``Trace``, every invocation of the same operation at the same depth joins one *group*
+(one batched call). Outputs are laid out in one buffer per tensor type: first the constants, then
+each group's outputs as a contiguous block, in (depth, op) order. Every argument of every group
+then becomes a row index into its type's buffer. See ``README.md`` beside this file for the
+contract with the executor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from foldexp.compiler.trace import Trace
+from foldexp.types import TensorType
+
+__all__ = ["Gather", "Group", "Plan", "schedule"]
+
+Index = slice | torch.Tensor  # rows of a buffer: a contiguous range, or explicit row numbers
+
+
+@dataclass
+class Gather:
+    """One read of a group: rows of buffer ``tid`` for the arguments at ``positions``.
+
+    All arguments of one type are read in one call; the result is split into ``len(positions)``
+    equal chunks of ``count`` rows, chunk ``j`` being argument ``positions[j]``.
+    """
+
+    tid: int
+    rows: Index
+    positions: list[int]
+
+
+@dataclass
+class Group:
+    """One batched call: ``count`` invocations of op ``op`` at ``depth``."""
+
+    op: int
+    depth: int
+    count: int
+    gathers: list[Gather]
+    outs: list[tuple[int, int, int]]  # per output: (tid, first row, end row) in its buffer
+
+
+@dataclass
+class Plan:
+    """Everything the executor needs for one batch; plain data (picklable, device-free)."""
+
+    types: list[TensorType]
+    rows_per_type: list[int]
+    constants: list[torch.Tensor | None]  # per type: the constant rows, stacked
+    groups: list[Group]
+    outputs: list[tuple[int, Index]]  # per output component: (tid, rows), one row per input
+    metrics: dict[str, tuple[int, Index, torch.Tensor]] = field(default_factory=dict)
+    num_inputs: int = 0
+    max_depth: int = 0
+    op_names: list[str] = field(default_factory=list)
+
+    @property
+    def num_calls(self) -> int:
+        """Operation calls per execution (one per group)."""
+        return len(self.groups)
+
+    @property
+    def num_nodes(self) -> int:
+        """Operation invocations batched into those calls."""
+        return sum(g.count for g in self.groups)
+
+    def describe(self) -> str:
+        """The schedule, one line per (depth, operation): count and tensor shapes."""
+        lines = [
+            f"schedule: {self.num_inputs} inputs, {self.num_nodes} nodes, "
+            f"{self.num_calls} calls, max depth {self.max_depth}"
+        ]
+        for g in self.groups:
+            ins = ", ".join(f"{len(ga.positions)}x{_shape(self.types[ga.tid])}" for ga in g.gathers)
+            outs = ", ".join(_shape(self.types[t]) for t, _, _ in g.outs)
+            lines.append(
+                f"  depth {g.depth:3d}  {self.op_names[g.op]:<24s} x{g.count:<6d} "
+                f"in: {ins or '-'}  out: {outs}"
+            )
+        return "\n".join(lines)
+
+
+def _shape(t: TensorType) -> str:
+    dt = str(t.dtype).replace("torch.", "")
+    return f"{tuple(t.shape)}{'' if dt == 'float32' else ':' + dt}"
+
+
+def _as_index(rows: np.ndarray) -> Index:
+    """A contiguous ascending range becomes a slice (a free view); anything else a tensor."""
+    n = len(rows)
+    if n and rows[-1] - rows[0] == n - 1 and (n == 1 or bool(np.all(np.diff(rows) == 1))):
+        return slice(int(rows[0]), int(rows[0]) + n)
+    return torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64))
+
+
+def _stack_payloads(t: TensorType, payloads: list[Any]) -> torch.Tensor:
+    if not t.shape:
+        return torch.tensor(payloads, dtype=t.dtype)
+    if all(isinstance(p, torch.Tensor) for p in payloads):
+        return torch.stack([p.to(t.dtype) for p in payloads]).reshape(len(payloads), *t.shape)
+    arr = np.stack([p.numpy() if isinstance(p, torch.Tensor) else np.asarray(p) for p in payloads])
+    return torch.as_tensor(arr, dtype=t.dtype).reshape(len(payloads), *t.shape)
+
+
+def schedule(trace: Trace, out_vids: np.ndarray) -> Plan:
+    """Turns a trace into a ``Plan``: groups by (depth, op), buffer layout, row indices."""
+    row = np.full(trace.num_values, -1, dtype=np.int64)  # value id → row in its type's buffer
+    cursor: list[int] = []
+    val_tid = np.full(trace.num_values, -1, dtype=np.int64)  # value id → tensor type id
+    constants: list[torch.Tensor | None] = []
+    for tid, t in enumerate(list(trace.types)):
+        vids = np.asarray(trace.const_vids[tid], dtype=np.int64)
+        row[vids] = np.arange(len(vids))
+        val_tid[vids] = tid
+        cursor.append(len(vids))
+        constants.append(_stack_payloads(t, trace.const_payloads[tid]) if len(vids) else None)
+
+    # Step 2: bucket each op's invocations by depth (a stable sort keeps input order inside).
+    by_depth: dict[int, list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = {}
+    out_tids: list[list[int]] = []
+    for i, op in enumerate(trace.ops):
+        out_tids.append([trace.type_id(t) for t in op.out_types])
+        if not trace.op_depth[i]:
+            continue
+        depth = np.asarray(trace.op_depth[i], dtype=np.int64)
+        first = np.asarray(trace.op_first[i], dtype=np.int64)
+        args = np.asarray(trace.op_args[i], dtype=np.int64).reshape(len(depth), len(op.in_types))
+        order = np.argsort(depth, kind="stable")
+        sorted_depth = depth[order]
+        levels, starts = np.unique(sorted_depth, return_index=True)
+        ends = [*starts[1:], len(order)]
+        for d, s, e in zip(levels.tolist(), starts.tolist(), ends):
+            sel = order[s:e]
+            by_depth.setdefault(d, []).append((i, first[sel], args[sel], sel))
+    while len(cursor) < len(trace.types):  # types first seen as op outputs
+        cursor.append(0)
+        constants.append(None)
+
+    # Steps 3–5: lay out outputs per type, index every argument.
+    groups: list[Group] = []
+    for d in sorted(by_depth):
+        for i, first, args, _sel in by_depth[d]:
+            op = trace.ops[i]
+            count = len(first)
+            outs = []
+            for k, tid in enumerate(out_tids[i]):
+                start = cursor[tid]
+                row[first + k] = np.arange(start, start + count)
+                val_tid[first + k] = tid
+                cursor[tid] = start + count
+                outs.append((tid, start, start + count))
+            arg_rows = row[args]  # (count, arity)
+            arg_tids = val_tid[args[0]] if count else []
+            gathers = []
+            for tid in dict.fromkeys(int(t) for t in arg_tids):
+                positions = [a for a in range(len(op.in_types)) if arg_tids[a] == tid]
+                rows = arg_rows[:, positions].T.reshape(-1)
+                gathers.append(Gather(tid, _as_index(rows), positions))
+            groups.append(Group(i, d, count, gathers, outs))
+
+    outputs = []
+    for c in range(out_vids.shape[1]):
+        vids = out_vids[:, c]
+        outputs.append((int(val_tid[vids[0]]), _as_index(row[vids])))
+    metrics = {}
+    for name, (inputs, vids_list) in trace.metrics.items():
+        vids = np.asarray(vids_list, dtype=np.int64)
+        metrics[name] = (
+            int(val_tid[vids[0]]),
+            _as_index(row[vids]),
+            torch.as_tensor(inputs, dtype=torch.int64),
+        )
+    return Plan(
+        types=list(trace.types),
+        rows_per_type=cursor,
+        constants=constants,
+        groups=groups,
+        outputs=outputs,
+        metrics=metrics,
+        num_inputs=int(out_vids.shape[0]),
+        max_depth=trace.max_depth,
+        op_names=[op.name for op in trace.ops],
+    )

@@ -1,0 +1,126 @@
+"""Tracing: walking blocks over a batch of Python inputs records one graph of operations.
+
+The ``Trace`` is the compiler's ``Tracer``. Every tensor value gets an integer id; constants
+(numbers and arrays read from the inputs, zeros) are depth 0 and every operation invocation is
+one deeper than its deepest argument — the paper's step 1, done incrementally because inputs are
+walked in dependency order. Nothing here is batched yet: the trace is a few flat Python lists per
+operation, appended to in the hot loop and turned into numpy arrays by the scheduler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from foldexp.blocks._base import Block, InputError
+from foldexp.blocks._ops import Op, structure_flattener
+from foldexp.types import TensorType, Type, VoidType
+
+__all__ = ["Trace", "trace_batch"]
+
+
+class Trace:
+    """The recorded graph of one batch: constants, operation invocations, outputs."""
+
+    def __init__(self, ops: Sequence[Op]) -> None:
+        self.ops = list(ops)
+        self.op_index = {op: i for i, op in enumerate(self.ops)}
+        self.types: list[TensorType] = []  # tensor type id → type
+        self.type_ids: dict[TensorType, int] = {}
+        self.val_depth: list[int] = []  # value id → depth (0 for constants)
+        self.const_vids: list[list[int]] = []  # per tensor type: value ids of its constants
+        self.const_payloads: list[list[Any]] = []  # per tensor type: the constants' payloads
+        self.op_depth: list[list[int]] = [[] for _ in self.ops]  # per op: depth of invocations
+        self.op_first: list[list[int]] = [[] for _ in self.ops]  # per op: first output value id
+        self.op_args: list[list[int]] = [[] for _ in self.ops]  # per op: flat argument ids
+        self.zero_vid: dict[TensorType, int] = {}
+        self.metrics: dict[str, tuple[list[int], list[int]]] = {}  # name → (input#, value id)
+        self.current_input = 0
+
+    # ---- the Tracer protocol (the hot path: keep it lean) --------------------------------------
+    def type_id(self, ttype: TensorType) -> int:
+        tid = self.type_ids.get(ttype)
+        if tid is None:
+            tid = self.type_ids[ttype] = len(self.types)
+            self.types.append(ttype)
+            self.const_vids.append([])
+            self.const_payloads.append([])
+        return tid
+
+    def constant(self, ttype: TensorType, payload: Any) -> int:
+        tid = self.type_ids.get(ttype)
+        if tid is None:
+            tid = self.type_id(ttype)
+        vid = len(self.val_depth)
+        self.val_depth.append(0)
+        self.const_vids[tid].append(vid)
+        self.const_payloads[tid].append(payload)
+        return vid
+
+    def zeros(self, ttype: TensorType) -> int:
+        vid = self.zero_vid.get(ttype)
+        if vid is None:  # one shared row of zeros per type and batch
+            zero = 0 if not ttype.shape else np.zeros(ttype.shape)
+            vid = self.zero_vid[ttype] = self.constant(ttype, zero)
+        return vid
+
+    def apply(self, op: Op, args: list[int]) -> list[int]:
+        i = self.op_index[op]
+        vd = self.val_depth
+        d = max([vd[a] for a in args]) + 1
+        first = len(vd)
+        self.op_depth[i].append(d)
+        self.op_first[i].append(first)
+        self.op_args[i].extend(args)
+        n = op.n_out
+        if n == 1:
+            vd.append(d)
+            return [first]
+        vd.extend([d] * n)
+        return list(range(first, first + n))
+
+    def metric(self, name: str, value: int) -> None:
+        inputs, vids = self.metrics.setdefault(name, ([], []))
+        inputs.append(self.current_input)
+        vids.append(value)
+
+    # ---- facts ----------------------------------------------------------------------------------
+    @property
+    def num_values(self) -> int:
+        return len(self.val_depth)
+
+    @property
+    def max_depth(self) -> int:
+        return max(self.val_depth, default=0)
+
+
+def trace_batch(
+    block: Block, ops: Sequence[Op], inputs: Sequence[Any], output_type: Type
+) -> tuple[Trace, np.ndarray]:
+    """Traces ``block`` over every input into one ``Trace``.
+
+    Returns the trace and an ``(len(inputs), k)`` array of the value ids of each input's ``k``
+    output tensors (the root output flattened).
+
+    Raises:
+        InputError: naming the input's position in the batch and the path inside it.
+    """
+    tr = Trace(ops)
+    void = isinstance(output_type, VoidType)
+    flatten = None if void else structure_flattener(output_type)
+    outs: list[list[int]] = []
+    run = block._trace
+    for k, x in enumerate(inputs):
+        tr.current_input = k
+        try:
+            out = run(tr, x)
+        except InputError as e:
+            e.path.insert(0, k)
+            raise
+        if not void:
+            outs.append(flatten(out))  # type: ignore[misc]
+    width = 0 if void else len(outs[0]) if outs else 0
+    out_vids = np.asarray(outs, dtype=np.int64).reshape(len(inputs) if not void else 0, width)
+    return tr, out_vids

@@ -1,0 +1,181 @@
+"""Executing a plan: per depth, gather → one call per operation → write into the type buffers.
+
+Each tensor type has one preallocated buffer holding every value of that type in the batch
+(constants first, then each group's outputs). A group reads its arguments with one
+``index_select`` (or a free slice) per type, runs its op once, and copies the results into its
+reserved rows.
+
+Gradients. Writing into shared buffers in place is invisible to autograd, so training runs the
+whole depth loop inside one ``torch.autograd.Function``:
+
+- forward: each group's gathered inputs become fresh leaves, the op runs with grad enabled, and
+  the group keeps its small local graph (inputs → outputs);
+- backward: one gradient buffer per float type is filled from the output gradients, then groups
+  are visited from the deepest to the shallowest; ``torch.autograd.grad`` of each group's
+  outputs gives its input gradients, scattered with ``index_add_`` into the gradient buffer, and
+  its parameters' gradients, summed and returned to the outer autograd.
+
+This avoids the trap of gathering each depth from a growing concatenation of all earlier outputs,
+where autograd materialises a full-size gradient per depth (O(nodes × depth) memory traffic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from foldexp.blocks._ops import Op
+from foldexp.compiler.schedule import Group, Index, Plan
+
+__all__ = ["execute"]
+
+
+def _read(buf: torch.Tensor, rows: Index) -> torch.Tensor:
+    return buf[rows] if isinstance(rows, slice) else buf.index_select(0, rows)
+
+
+def _allocate(plan: Plan, device: torch.device) -> list[torch.Tensor]:
+    bufs = []
+    for t, n, const in zip(plan.types, plan.rows_per_type, plan.constants):
+        buf = torch.empty((n, *t.shape), dtype=t.dtype, device=device)
+        if const is not None:
+            buf[: len(const)] = const.to(device, non_blocking=True)
+        bufs.append(buf)
+    return bufs
+
+
+def _call(op: Op, group: Group, pieces: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Splits each gathered block into its arguments and runs the op."""
+    args: list[Any] = [None] * len(op.in_types)
+    for gather, block in zip(group.gathers, pieces):
+        if len(gather.positions) == 1:
+            args[gather.positions[0]] = block
+        else:
+            for pos, part in zip(gather.positions, block.split(group.count)):
+                args[pos] = part
+    return op.forward(args)
+
+
+def _outputs(plan: Plan, bufs: list[torch.Tensor]) -> list[torch.Tensor]:
+    outs = [_read(bufs[tid], rows) for tid, rows in plan.outputs]
+    outs += [_read(bufs[tid], rows) for tid, rows, _ in plan.metrics.values()]
+    return outs
+
+
+def _run_no_grad(plan: Plan, ops: Sequence[Op], device: torch.device) -> list[torch.Tensor]:
+    bufs = _allocate(plan, device)
+    for g in plan.groups:
+        outs = _call(ops[g.op], g, [_read(bufs[ga.tid], ga.rows) for ga in g.gathers])
+        for (tid, start, end), out in zip(g.outs, outs):
+            bufs[tid][start:end] = out
+    return [o.clone() if o._base is not None else o for o in _outputs(plan, bufs)]
+
+
+class _Sweep:
+    """State shared by the forward and backward of one differentiable execution."""
+
+    def __init__(
+        self, plan: Plan, ops: Sequence[Op], params: list[torch.Tensor], device: torch.device
+    ) -> None:
+        self.plan, self.ops, self.device = plan, ops, device
+        pos = {id(p): i for i, p in enumerate(params)}
+        self.op_params = [[(pos[id(p)], p) for p in op.parameters() if id(p) in pos] for op in ops]
+        self.n_params = len(params)
+
+    def forward(self) -> list[torch.Tensor]:
+        plan = self.plan
+        bufs = self.bufs = _allocate(plan, self.device)
+        self.records: list[Any] = []
+        with torch.enable_grad():
+            for g in plan.groups:
+                leaves = []
+                for ga in g.gathers:
+                    x = _read(bufs[ga.tid], ga.rows)
+                    if x.dtype.is_floating_point:
+                        # A fresh leaf: its gradient is this group's contribution upstream.
+                        x = (x.clone() if isinstance(ga.rows, slice) else x).requires_grad_()
+                    leaves.append(x)
+                outs = _call(self.ops[g.op], g, leaves)
+                for (tid, start, end), out in zip(g.outs, outs):
+                    bufs[tid][start:end] = out.detach()
+                self.records.append((leaves, outs))
+        return [o.clone() if o._base is not None else o for o in _outputs(plan, bufs)]
+
+    def backward(self, grads: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
+        plan, bufs = self.plan, self.bufs
+        gbuf: list[torch.Tensor | None] = [
+            torch.zeros_like(b) if b.dtype.is_floating_point else None for b in bufs
+        ]
+        targets = [(tid, rows) for tid, rows in plan.outputs]
+        targets += [(tid, rows) for tid, rows, _ in plan.metrics.values()]
+        for (tid, rows), g in zip(targets, grads):
+            if g is not None and gbuf[tid] is not None:
+                _accumulate(gbuf[tid], rows, g)
+        param_grads: list[torch.Tensor | None] = [None] * self.n_params
+        for gi in range(len(plan.groups) - 1, -1, -1):
+            g = plan.groups[gi]
+            leaves, outs = self.records[gi]
+            self.records[gi] = None  # free this group's graph as soon as it is used
+            pairs = [
+                (o, gbuf[tid][s:e])
+                for o, (tid, s, e) in zip(outs, g.outs)
+                if o.requires_grad and gbuf[tid] is not None
+            ]
+            if not pairs:
+                continue
+            wrt_leaves = [(ga, x) for ga, x in zip(g.gathers, leaves) if x.requires_grad]
+            wrt_params = [(i, p) for i, p in self.op_params[g.op] if p.requires_grad]
+            inputs = [x for _, x in wrt_leaves] + [p for _, p in wrt_params]
+            if not inputs:
+                continue
+            res = torch.autograd.grad(
+                [o for o, _ in pairs], inputs, [gr for _, gr in pairs], allow_unused=True
+            )
+            for (ga, _), gx in zip(wrt_leaves, res):
+                if gx is not None:
+                    _accumulate(gbuf[ga.tid], ga.rows, gx)  # type: ignore[arg-type]
+            for (i, _), gp in zip(wrt_params, res[len(wrt_leaves) :]):
+                if gp is not None:
+                    param_grads[i] = gp if param_grads[i] is None else param_grads[i] + gp
+        self.bufs = []
+        return param_grads
+
+
+def _accumulate(buf: torch.Tensor, rows: Index, g: torch.Tensor) -> None:
+    if isinstance(rows, slice):
+        buf[rows] += g
+    else:
+        buf.index_add_(0, rows, g)
+
+
+class _SweepFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, sweep: _Sweep, *params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.sweep = sweep
+        outs = sweep.forward()
+        for o in outs:
+            if not o.dtype.is_floating_point:
+                ctx.mark_non_differentiable(o)
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
+        sweep: _Sweep = ctx.sweep
+        ctx.sweep = None
+        return (None, *sweep.backward(grads))
+
+
+def execute(
+    plan: Plan, ops: Sequence[Op], params: list[torch.Tensor], device: torch.device
+) -> list[torch.Tensor]:
+    """Runs ``plan``; returns the output components, then the metrics, in plan order.
+
+    Differentiable with respect to ``params`` (the compiled model's parameters) when grad mode
+    is on and any of them requires a gradient.
+    """
+    trainable = [p for p in params if p.requires_grad]
+    if torch.is_grad_enabled() and trainable:
+        return list(_SweepFunction.apply(_Sweep(plan, ops, trainable, device), *trainable))
+    return _run_no_grad(plan, ops, device)

@@ -1,0 +1,131 @@
+"""The oracle check every block and model test goes through (and users can reuse).
+
+``check_block`` asserts, on one mixed batch of inputs:
+
+1. the expected values (if given) == ``block.eval(x)`` for each input, one at a time, eagerly;
+2. the expected depth (if given) == ``block.max_depth(x)``;
+3. eager == the batched ``Compiler`` output, row for row;
+4. the gradients of a random scalar loss with respect to every parameter (and the loss itself)
+   are equal between the eager and the batched runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from foldexp.blocks._base import Block, convert_to_block
+from foldexp.executor.compiled import Compiler
+from foldexp.types import Type
+
+__all__ = ["check_block", "flatten_tensors"]
+
+
+def flatten_tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors inside a (nested) tuple/list value, left to right."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in flatten_tensors(v)]
+    return []
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float, what: str) -> None:
+    a, b = torch.as_tensor(a), torch.as_tensor(b)
+    assert a.shape == b.shape, f"{what}: shape {tuple(a.shape)} != {tuple(b.shape)}"
+    if a.dtype.is_floating_point or b.dtype.is_floating_point:
+        torch.testing.assert_close(a.double(), b.double(), rtol=rtol, atol=atol, msg=what)
+    else:
+        assert torch.equal(a, b), f"{what}: {a} != {b}"
+
+
+def check_block(
+    block: Any,
+    inputs: Sequence[Any],
+    expected: Sequence[Any] | None = None,
+    expected_depth: int | Sequence[int] | None = None,
+    input_type: Type | None = None,
+    rtol: float = 1e-5,
+    atol: float = 1e-5,
+    check_grads: bool = True,
+    seed: int = 0,
+) -> Compiler:
+    """Asserts expected == eager == batched, values and gradients; returns the compiler."""
+    block = convert_to_block(block)
+    compiler = Compiler(block, input_type)
+    root: Block = compiler.root
+    params = [p for p in compiler.parameters() if p.requires_grad]
+
+    eager = [root.eval(x) for x in inputs]
+    if expected is not None:
+        assert len(expected) == len(inputs)
+        for k, (want, got) in enumerate(zip(expected, eager)):
+            wants, gots = flatten_tensors(_as_tensors(want)), flatten_tensors(got)
+            assert len(wants) == len(gots), f"input {k}: expected {want!r}, got {got!r}"
+            for w, g in zip(wants, gots):
+                _close(g, w, rtol, atol, f"input {k}: eager value vs expected")
+    if expected_depth is not None:
+        depths = (
+            [expected_depth] * len(inputs)
+            if isinstance(expected_depth, int)
+            else list(expected_depth)
+        )
+        for k, (x, want) in enumerate(zip(inputs, depths)):
+            got = root.max_depth(x)
+            assert got == want, f"input {k}: depth {got}, expected {want}"
+
+    batched = flatten_tensors(compiler(list(inputs)))
+    eager_rows = [flatten_tensors(e) for e in eager]
+    for c, out in enumerate(batched):
+        assert out.shape[0] == len(inputs), f"output {c}: {out.shape[0]} rows for {len(inputs)}"
+        for k in range(len(inputs)):
+            _close(out[k], eager_rows[k][c], rtol, atol, f"output {c}, input {k}: batched vs eager")
+
+    if check_grads and params and any(o.dtype.is_floating_point for o in batched):
+        gen = torch.Generator().manual_seed(seed)
+        weights = [
+            torch.randn(o.shape, generator=gen, dtype=torch.float64)
+            if o.dtype.is_floating_point
+            else None
+            for o in batched
+        ]
+
+        def loss_of(outs: list[torch.Tensor]) -> torch.Tensor:
+            return sum((o.double() * w).sum() for o, w in zip(outs, weights) if w is not None)
+
+        compiler.zero_grad()
+        batched_loss = loss_of(flatten_tensors(compiler(list(inputs))))
+        batched_grads = torch.autograd.grad(batched_loss, params, allow_unused=True)
+        per_input = []
+        for k, x in enumerate(inputs):
+            outs = flatten_tensors(root.eval(x))
+            per_input.append(
+                sum((o.double() * w[k]).sum() for o, w in zip(outs, weights) if w is not None)
+            )
+        eager_loss = sum(per_input)
+        eager_grads = torch.autograd.grad(eager_loss, params, allow_unused=True)
+        _close(batched_loss.detach(), eager_loss.detach(), rtol, atol, "loss: batched vs eager")
+        for i, (gb, ge) in enumerate(zip(batched_grads, eager_grads)):
+            gb = torch.zeros_like(params[i]) if gb is None else gb
+            ge = torch.zeros_like(params[i]) if ge is None else ge
+            _close(
+                gb,
+                ge,
+                rtol,
+                max(atol, 1e-4),
+                f"gradient of parameter {i} {tuple(params[i].shape)}: batched vs eager",
+            )
+    return compiler
+
+
+def _as_tensors(value: Any) -> Any:
+    """Expected values: a tuple is a tuple output; anything else (numbers, lists, arrays) one
+    tensor."""
+    if isinstance(value, tuple):
+        return tuple(_as_tensors(v) for v in value)
+    if isinstance(value, torch.Tensor):
+        return value
+    return torch.as_tensor(np.asarray(value))

@@ -1,0 +1,38 @@
+"""Shared fixtures: seeded RNGs and the real-data root (``FOLDEXP_DATA``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _seeded() -> None:
+    torch.manual_seed(0)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
+@pytest.fixture
+def data_root() -> Path:
+    """The real data folder; tests that need it are skipped when FOLDEXP_DATA is unset."""
+    root = os.environ.get("FOLDEXP_DATA")
+    if not root or not Path(root).is_dir():
+        pytest.skip("FOLDEXP_DATA is not set to a data folder")
+    return Path(root)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,104 @@
+"""The engine's own promises: launches grow with depth not nodes, plans are plain data, and the
+inference path equals the training path."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import foldexp.blocks as fb
+from foldexp import Compiler
+from foldexp.models.tree_lstm import random_tree, tree_lstm_classifier
+
+
+def balanced_tree(n_leaves: int, rng: np.random.Generator) -> tuple:
+    if n_leaves == 1:
+        return (int(rng.integers(50)),)
+    half = n_leaves // 2
+    return (balanced_tree(half, rng), balanced_tree(n_leaves - half, rng))
+
+
+def test_each_op_runs_at_most_once_per_depth_on_256_balanced_trees(rng) -> None:
+    model = Compiler(tree_lstm_classifier(50, 8, 8, 5))
+    trees = [balanced_tree(128, rng) for _ in range(256)]
+    plan = model.build(trees)
+    pairs = [(g.op, g.depth) for g in plan.groups]
+    assert len(pairs) == len(set(pairs))
+    # embedding, leaf cell, 7 levels of the binary cell, output layer: 10 calls, depth 10.
+    assert plan.max_depth == 10
+    assert plan.num_calls == 10
+    assert plan.num_nodes == 256 * (128 + 128 + 127 + 1)
+    one = model.build(trees[:1])
+    assert one.num_calls == plan.num_calls  # launches do not grow with the batch
+
+
+def test_calls_follow_depth_not_node_count_on_random_trees(rng) -> None:
+    model = Compiler(tree_lstm_classifier(50, 8, 8, 5))
+    trees = [random_tree(64, 50, rng) for _ in range(64)]
+    plan = model.build(trees)
+    assert plan.num_calls <= len(model.ops) * plan.max_depth
+    assert plan.num_calls < plan.num_nodes / 100
+
+
+def test_schedule_is_printable(rng) -> None:
+    model = Compiler(tree_lstm_classifier(50, 8, 8, 5))
+    text = model.build([balanced_tree(4, rng) for _ in range(3)]).describe()
+    lines = text.splitlines()
+    assert lines[0].startswith("schedule: 3 inputs")
+    assert any("BinaryTreeLSTMCell" in ln and "x6" in ln and "4x(8,)" in ln for ln in lines)
+    assert len(lines) == 1 + 5  # embedding, leaf, 2 cell levels, output
+
+
+def test_plan_pickles_and_runs_after_round_trip(rng) -> None:
+    model = Compiler(tree_lstm_classifier(50, 8, 8, 5))
+    trees = [random_tree(n, 50, rng) for n in [3, 9, 1]]
+    plan = pickle.loads(pickle.dumps(model.build(trees)))
+    torch.testing.assert_close(model.run(plan), model(trees))
+
+
+def test_no_grad_path_equals_grad_path(rng) -> None:
+    model = Compiler(tree_lstm_classifier(50, 8, 8, 5))
+    trees = [random_tree(n, 50, rng) for n in [2, 9, 17, 33]]
+    with torch.no_grad():
+        a = model(trees)
+    b = model(trees)
+    assert b.requires_grad and not a.requires_grad
+    torch.testing.assert_close(a, b)
+
+
+def test_training_reduces_loss(rng) -> None:
+    model = Compiler(tree_lstm_classifier(20, 8, 16, 2))
+    trees = [random_tree(int(rng.integers(1, 8)), 20, rng) for _ in range(32)]
+
+    def leftmost(t: tuple) -> int:
+        return t[0] if len(t) == 1 else leftmost(t[0])
+
+    labels = torch.tensor([leftmost(t) % 2 for t in trees])
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    losses = []
+    for _ in range(30):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(trees), labels)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_gradients_reach_parameters_used_twice() -> None:
+    fc = fb.FC(3, activation=torch.tanh)
+    block = fb.Vector(3) >> fb.Function(fc) >> fb.Function(fc)
+    from foldexp.testing import check_block
+
+    check_block(block, [[1.0, 2.0, 3.0], [0.0, -1.0, 0.5]])
+
+
+def test_last_stats_are_reported(rng) -> None:
+    model = Compiler(tree_lstm_classifier(50, 8, 8, 5))
+    model([random_tree(5, 50, rng)])
+    stats = model.last_stats
+    assert stats["calls"] > 0 and stats["max_depth"] >= 3 and stats["nodes"] == 5 + 5 + 4 + 1
+    assert stats["trace"] >= 0 and stats["schedule"] >= 0 and stats["execute"] > 0
