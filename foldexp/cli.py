@@ -10,6 +10,8 @@ import argparse
 import sys
 
 COMMANDS = {
+    "train": "train a model: a Hydra app (foldexp train --help, key=value overrides, -m sweeps)",
+    "report": "aggregate runs or a sweep folder into a table and a plot (foldexp report DIR)",
     "demo": "print a batch schedule and the speedup of dynamic batching",
     "data": "fetch, import and describe datasets (foldexp data --help)",
 }
@@ -29,6 +31,35 @@ def _demo(argv: list[str]) -> int:
     return 0
 
 
+def _hydra_app(name: str, module: str) -> object:
+    def run(argv: list[str]) -> int:
+        import importlib
+
+        app = importlib.import_module(module)
+        saved = sys.argv
+        sys.argv = [f"foldexp {name}", *argv]  # Hydra reads its arguments from sys.argv
+        try:
+            app.main()
+        finally:
+            sys.argv = saved
+        return 0
+
+    return run
+
+
+def _report(argv: list[str]) -> int:
+    from foldexp.train.report import run_report
+
+    ap = argparse.ArgumentParser(prog="foldexp report", description=COMMANDS["report"])
+    ap.add_argument("dirs", nargs="+", help="run or sweep folders holding results.json files")
+    ap.add_argument("--metric", default="test_accuracy", help="column to sort and plot by")
+    ap.add_argument("--ascending", action="store_true", help="smaller is better (e.g. RMSE)")
+    ap.add_argument("--out", default=None, help="where to write (default: the first folder)")
+    a = ap.parse_args(argv)
+    run_report(a.dirs, a.metric, a.out, a.ascending)
+    return 0
+
+
 def _data(argv: list[str]) -> int:
     from foldexp.data.cli import main as data_main
 
@@ -44,7 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         print("\n`foldexp COMMAND --help` for the options of one command.")
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
-    handlers = {"demo": _demo, "data": _data}
+    handlers = {
+        "demo": _demo,
+        "data": _data,
+        "report": _report,
+        "train": _hydra_app("train", "foldexp.train.app"),
+    }
     if cmd not in handlers:
         print(f"foldexp: unknown command {cmd!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2

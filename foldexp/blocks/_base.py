@@ -29,7 +29,7 @@ from foldexp.types import (
 if TYPE_CHECKING:
     from foldexp.blocks._ops import Op
 
-__all__ = ["Block", "Tracer", "InputError", "Pipe", "convert_to_block", "Pending"]
+__all__ = ["Block", "Tracer", "InputError", "Pipe", "convert_to_block", "Pending", "Wire"]
 
 
 class Tracer(Protocol):
@@ -69,6 +69,32 @@ class Pending(Exception):
     def __init__(self, decl: Any) -> None:
         super().__init__(f"type of {decl!r} is not known yet")
         self.decl = decl
+
+
+# How many recursive cases type inference has skipped so far (``OneOf`` skips a case whose type
+# is ``Pending`` and goes on with the type of its other cases). A block whose inference saw the
+# count change got a provisional type, computed before the recursion's type was known: it is not
+# fixed, so that the ``ForwardDeclaration``'s second pass re-infers it.
+_skipped = [0]
+
+
+def note_skipped_case(pending: Pending) -> None:
+    """Records that a recursive case was skipped for now (called by ``OneOf``)."""
+    _skipped[0] += 1
+    pending.decl._skipped = True
+
+
+class Wire:
+    """One output of a block inside a ``Composition``: ``block[i]``, item ``i`` of its output."""
+
+    __slots__ = ("block", "index")
+
+    def __init__(self, block: Block, index: Any) -> None:
+        self.block = block
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"{self.block!r}[{self.index!r}]"
 
 
 def _compatible(expected: Type, actual: Type) -> bool:
@@ -130,11 +156,14 @@ class Block:
             raise TypeError(
                 f"{self!r} expects input type {self._declared_input!r} but is given {input_type!r}"
             )
+        mark = _skipped[0]
         out = self._infer(input_type)
         if self._output_type is not None and self._output_type != out:
             raise TypeError(
                 f"{self!r} declares output type {self._output_type!r}, computes {out!r}"
             )
+        if _skipped[0] != mark:
+            return out  # provisional: a recursive case inside was skipped (see ``_skipped``)
         self._input_type = input_type
         self._output_type = out
         self._inferred = True
@@ -172,6 +201,31 @@ class Block:
 
     def __rrshift__(self, other: Any) -> Pipe:
         return Pipe(other, self)
+
+    def reads(self, *sources: Any) -> Block:
+        """Inside ``with composition.scope():``, wires ``sources`` into this block's input.
+
+        One source gives its value as it is; several give a tuple; none gives no input (void).
+        A source is a block, a ``block[i]`` wire, or ``composition.input`` (or ``input[i]``).
+
+        Returns:
+            ``self``, so that ``y = Block().reads(x)`` names the new node.
+
+        Raises:
+            RuntimeError: outside a composition scope.
+            ValueError: if the wiring makes a cycle, or this block's input is already wired.
+        """
+        from foldexp.blocks._composition import current_composition
+
+        current_composition(self).connect(sources, self)
+        return self
+
+    def __getitem__(self, index: Any) -> Wire:
+        """``block[i]``: item ``i`` of this block's (tuple) output, for ``reads``."""
+        return Wire(self, index)
+
+    # ``__getitem__`` would otherwise make every block look iterable (and loop forever).
+    __iter__ = None
 
     def _repr_args(self) -> str:
         return ""

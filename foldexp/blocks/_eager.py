@@ -7,6 +7,7 @@ compiled, batched engine against it, values and gradients.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -14,9 +15,10 @@ import torch
 
 from foldexp.blocks._base import Block
 from foldexp.blocks._ops import Op
+from foldexp.blocks._sequences import Repeat
 from foldexp.types import PyObjectType, TensorType, Type
 
-__all__ = ["EagerTracer", "eval_block", "depth_of", "unbatch"]
+__all__ = ["EagerTracer", "eval_block", "eval_with_metrics", "depth_of", "unbatch"]
 
 
 def payload_tensor(ttype: TensorType, payload: Any) -> torch.Tensor:
@@ -66,6 +68,8 @@ def unbatch(value: Any) -> Any:
         return tuple(unbatch(v) for v in value)
     if isinstance(value, list):
         return [unbatch(v) for v in value]
+    if isinstance(value, Repeat):
+        return itertools.repeat(unbatch(value.value))
     return value
 
 
@@ -81,6 +85,17 @@ def eval_block(block: Block, x: Any, input_type: Type | None = None) -> Any:
     """Evaluates ``block`` on one input eagerly; tensors come back without a batch dimension."""
     _typed(block, input_type)
     return unbatch(block._trace(EagerTracer(), x))
+
+
+def eval_with_metrics(
+    block: Block, x: Any, input_type: Type | None = None
+) -> tuple[Any, dict[str, list[torch.Tensor]]]:
+    """Like ``eval_block``, also returning the ``Metric`` values recorded, name → list (in
+    the order they were recorded, each without a batch dimension)."""
+    _typed(block, input_type)
+    tr = EagerTracer()
+    out = unbatch(block._trace(tr, x))
+    return out, {name: [v[0] for v in vals] for name, vals in tr.metrics.items()}
 
 
 def depth_of(block: Block, x: Any, input_type: Type | None = None) -> int:

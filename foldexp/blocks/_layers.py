@@ -89,7 +89,12 @@ class FC(nn.Module):
 class Embedding(nn.Module):
     """A lookup table from integer ids in ``[0, num_buckets)`` to vectors of ``num_units_out``.
 
+    ``Embedding(initializer=word_matrix)`` takes both sizes from the matrix (as in the paper's
+    ``word2vec``).
+
     Args:
+        num_buckets: number of rows (ids); optional when ``initializer`` is given.
+        num_units_out: size of each vector; optional when ``initializer`` is given.
         initializer: optional ``(num_buckets, num_units_out)`` matrix (array or tensor) to start
             from, e.g. pretrained word vectors.
         trainable: ``False`` freezes the table.
@@ -97,19 +102,27 @@ class Embedding(nn.Module):
 
     def __init__(
         self,
-        num_buckets: int,
-        num_units_out: int,
+        num_buckets: int | None = None,
+        num_units_out: int | None = None,
         initializer: Any = None,
         trainable: bool = True,
         name: str | None = None,
     ) -> None:
         super().__init__()
+        init = None
+        if initializer is not None:
+            init = torch.as_tensor(np.asarray(initializer), dtype=torch.float32)
+            if init.dim() != 2:
+                raise ValueError(f"Embedding initializer must be a matrix, got {tuple(init.shape)}")
+            num_buckets = init.shape[0] if num_buckets is None else num_buckets
+            num_units_out = init.shape[1] if num_units_out is None else num_units_out
+        if num_buckets is None or num_units_out is None:
+            raise ValueError("Embedding needs num_buckets and num_units_out, or an initializer")
         self.num_buckets, self.num_units_out = num_buckets, num_units_out
         weight = torch.empty(num_buckets, num_units_out)
-        if initializer is None:
+        if init is None:
             nn.init.normal_(weight, std=1.0 / np.sqrt(num_units_out))
         else:
-            init = torch.as_tensor(np.asarray(initializer), dtype=torch.float32)
             if tuple(init.shape) != (num_buckets, num_units_out):
                 raise ValueError(
                     f"Embedding initializer has shape {tuple(init.shape)}, expected "

@@ -15,9 +15,18 @@ from foldexp.blocks._base import (
     InputError,
     Pending,
     Tracer,
+    Wire,
     convert_to_block,
+    note_skipped_case,
 )
-from foldexp.types import PyObjectType, SequenceType, TupleType, Type, VoidType
+from foldexp.types import (
+    BroadcastSequenceType,
+    PyObjectType,
+    SequenceType,
+    TupleType,
+    Type,
+    VoidType,
+)
 
 __all__ = [
     "Identity",
@@ -75,20 +84,29 @@ class InputTransform(Block):
 
 
 class GetItem(Block):
-    """``x[key]``: an item of a tuple, a sequence or a Python object."""
+    """``x[key]``: an item (or, with a ``slice`` key, a slice) of a tuple, a sequence or a
+    Python object."""
 
     def __init__(self, key: Any, name: str | None = None) -> None:
         super().__init__(name=name)
         self.key = key
 
     def _infer(self, input_type: Type) -> Type:
+        if isinstance(input_type, BroadcastSequenceType):
+            raise TypeError(
+                f"{self!r} cannot index an endless broadcast sequence {input_type!r}; "
+                "zip it with a finite sequence first"
+            )
         if isinstance(input_type, TupleType):
             try:
-                return input_type.items[self.key]
+                item = input_type.items[self.key]
             except (IndexError, TypeError):
                 raise TypeError(f"{self!r}: no item {self.key!r} in {input_type!r}") from None
-        if isinstance(input_type, (SequenceType, PyObjectType)):
-            return input_type.item_type if isinstance(input_type, SequenceType) else input_type
+            return TupleType(*item) if isinstance(self.key, slice) else item
+        if isinstance(input_type, SequenceType):
+            return input_type if isinstance(self.key, slice) else input_type.item_type
+        if isinstance(input_type, PyObjectType):
+            return input_type
         raise TypeError(f"{self!r} expects a tuple, sequence or Python object, got {input_type!r}")
 
     def _trace(self, tr: Tracer, x: Any) -> Any:
@@ -166,6 +184,10 @@ class Record(Block):
     def _repr_args(self) -> str:
         return "{" + ", ".join(f"{k!r}: {b!r}" for k, b in self.fields) + "}"
 
+    def __getitem__(self, key: Any) -> Wire:
+        """``record[key]``: the output of the field ``key``, for ``reads`` in a composition."""
+        return Wire(self, self.keys.index(key) if key in self.keys else key)
+
 
 class AllOf(Block):
     """Runs every block on the same input; outputs the tuple of their outputs."""
@@ -217,12 +239,12 @@ class OneOf(Block):
     def _infer(self, input_type: Type) -> Type:
         case_input = self.pre_block.infer(input_type) if self.pre_block else input_type
         out: Type | None = None
-        pending: Pending | None = None
+        pending: list[Pending] = []
         for key, b in self.cases.items():
             try:
                 t = b.infer(case_input)
             except Pending as p:  # a recursive case: its type comes from the others
-                pending = p
+                pending.append(p)
                 continue
             if out is not None and t != out:
                 raise TypeError(
@@ -231,11 +253,10 @@ class OneOf(Block):
                 )
             out = t
         if out is None:
-            raise pending  # type: ignore[misc]
-        if pending is not None:
-            # The recursive cases are checked on the ForwardDeclaration's second pass.
-            pending.decl._note_candidate(out)
-            raise pending
+            raise pending[0]
+        for p in pending:
+            # Go on with the other cases' type; the declaration's second pass checks this case.
+            note_skipped_case(p)
         return out
 
     def children(self) -> list[Block]:
@@ -309,7 +330,7 @@ class ForwardDeclaration:
         self.name = name
         self.block: Block | None = None
         self._inferring = False
-        self._candidate: Type | None = None
+        self._skipped = False  # set by ``OneOf`` when it skips a case that uses this declaration
 
     def __call__(self) -> _ForwardRef:
         return _ForwardRef(self)
@@ -319,10 +340,6 @@ class ForwardDeclaration:
         if self.block is not None:
             raise ValueError(f"{self!r} is already resolved to {self.block!r}")
         self.block = convert_to_block(block)
-
-    def _note_candidate(self, t: Type) -> None:
-        if self._candidate is None:
-            self._candidate = t
 
     def _infer(self, input_type: Type) -> Type:
         if self.block is None:
@@ -334,14 +351,21 @@ class ForwardDeclaration:
         if self._inferring:
             raise Pending(self)
         self._inferring = True
+        self._skipped = False
         try:
             try:
                 out = self.block.infer(input_type)
             except Pending as p:
-                if p.decl is not self or self._candidate is None:
+                if p.decl is not self:
                     raise
-                # First pass found the type from the non-recursive cases; check it holds.
-                self.output_type = self._candidate
+                raise TypeError(
+                    f"{self!r}: its type cannot be inferred, every case of its definition "
+                    "refers back to it; give it a non-recursive case or declare output_type"
+                ) from None
+            if self._skipped:
+                # First pass: the recursive cases were skipped and ``out`` comes from the others.
+                # Second pass: with that type known, every case is inferred and checked.
+                self.output_type = out
                 out = self.block.infer(input_type)
         finally:
             self._inferring = False

@@ -12,6 +12,7 @@ import torch
 from foldexp.blocks._base import Block, InputError, Tracer, tuple_item_types
 from foldexp.blocks._ops import Op, structure_builder, structure_flattener
 from foldexp.types import (
+    BroadcastSequenceType,
     PyObjectType,
     SequenceType,
     TensorType,
@@ -97,12 +98,26 @@ class Vector(Tensor):
 
 
 def _as_type(t: Any) -> Type:
+    """A type from what users write for one (TF Fold's conventions, where they do not clash).
+
+    A ``Type`` stays; an int ``n`` is a float vector of ``n``; a dtype name is a scalar of that
+    dtype; a tuple or list of ints is a float tensor of that shape, and a list ending in a dtype
+    name (``[3, 4, 'int64']``) one of that dtype; a tuple holding types (or such tuples) is a
+    ``TupleType`` — e.g. ``(state_size, state_size)`` with ``state_size`` an LSTM's ``(h, c)``.
+    """
     if isinstance(t, Type):
         return t
-    if isinstance(t, int):
+    if isinstance(t, int) and not isinstance(t, bool):
         return TensorType((t,))
+    if isinstance(t, str):
+        return TensorType((), t)
     if isinstance(t, (list, tuple)) and all(isinstance(d, int) for d in t):
         return TensorType(tuple(t))
+    if isinstance(t, list) and t and isinstance(t[-1], str):
+        if all(isinstance(d, int) for d in t[:-1]):
+            return TensorType(tuple(t[:-1]), t[-1])
+    if isinstance(t, tuple) and any(isinstance(i, (Type, tuple)) for i in t):
+        return TupleType(*[_as_type(i) for i in t])
     raise TypeError(f"expected a type or a tensor size, got {t!r}")
 
 
@@ -113,7 +128,9 @@ class Zeros(Block):
     """
 
     def __init__(self, output_type: Any, name: str | None = None) -> None:
-        super().__init__(None, _as_type(output_type), name)
+        t = _as_type(output_type)
+        _check_zeroable(t)
+        super().__init__(None, t, name)
 
     def _infer(self, input_type: Type) -> Type:
         return self._output_type  # type: ignore[return-value]
@@ -123,6 +140,16 @@ class Zeros(Block):
 
     def _repr_args(self) -> str:
         return repr(self._output_type)
+
+
+def _check_zeroable(t: Type) -> None:
+    if isinstance(t, TupleType):
+        for i in t.items:
+            _check_zeroable(i)
+    elif isinstance(t, BroadcastSequenceType) or not isinstance(
+        t, (TensorType, SequenceType, VoidType)
+    ):
+        raise TypeError(f"Zeros cannot make a value of type {t!r}")
 
 
 def _zeros_of(tr: Tracer, t: Type) -> Any:

@@ -9,7 +9,7 @@ contract with the executor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,31 @@ class Plan:
     num_inputs: int = 0
     max_depth: int = 0
     op_names: list[str] = field(default_factory=list)
+
+    def to(self, device: torch.device) -> Plan:
+        """A copy whose row indices live on ``device`` (constants move when buffers are made)."""
+        if device.type == "cpu":
+            return self
+
+        def move(rows: Index) -> Index:
+            return rows if isinstance(rows, slice) else rows.to(device, non_blocking=True)
+
+        groups = [
+            Group(
+                g.op,
+                g.depth,
+                g.count,
+                [Gather(ga.tid, move(ga.rows), ga.positions) for ga in g.gathers],
+                g.outs,
+            )
+            for g in self.groups
+        ]
+        return replace(
+            self,
+            groups=groups,
+            outputs=[(t, move(r)) for t, r in self.outputs],
+            metrics={k: (t, move(r), i) for k, (t, r, i) in self.metrics.items()},
+        )
 
     @property
     def num_calls(self) -> int:

@@ -175,6 +175,7 @@ def execute(
     Differentiable with respect to ``params`` (the compiled model's parameters) when grad mode
     is on and any of them requires a gradient.
     """
+    plan = plan.to(device)
     trainable = [p for p in params if p.requires_grad]
     if torch.is_grad_enabled() and trainable:
         return list(_SweepFunction.apply(_Sweep(plan, ops, trainable, device), *trainable))

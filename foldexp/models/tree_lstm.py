@@ -1,25 +1,41 @@
 """Tree-LSTM models assembled from blocks (the paper's §3.5 shape).
 
-Trees are nested tuples: a leaf is ``(word_id,)`` and an internal node ``(left, right)``, so
-``OneOf(key_fn=len, ...)`` dispatches on arity exactly as the paper writes it.
+``binary_tree_lstm`` / ``tree_lstm_classifier`` work on nested tuples — a leaf is
+``(word_id,)``, an internal node ``(left, right)`` — so ``OneOf(key_fn=len, ...)`` dispatches on
+arity exactly as the paper writes it; the engine benchmark and tests use them.
+
+``TreeLSTMClassifier`` is the trainable model over labelled ``foldexp.data.trees.Tree``s (SST,
+calculator trees): a loss on every labelled node, read out through ``Metric`` blocks.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 import foldexp.blocks as fb
+from foldexp.compiler.schedule import Plan
+from foldexp.executor.compiled import Compiler
 from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf
 
-__all__ = ["binary_tree_lstm", "tree_lstm_classifier", "random_tree"]
+__all__ = [
+    "binary_tree_lstm",
+    "tree_lstm_classifier",
+    "random_tree",
+    "TreeLSTMClassifier",
+    "TreeBatch",
+]
 
 
 def binary_tree_lstm(
     vocab_size: int, embed_size: int, hidden_size: int, embedding: nn.Module | None = None
 ) -> fb.Block:
-    """A block from a tree to its root state ``(h, c)``."""
+    """A block from a nested-tuple tree to its root state ``(h, c)``."""
     embed = embedding if embedding is not None else fb.Embedding(vocab_size, embed_size)
     leaf_cell = TreeLSTMLeaf(embed_size, hidden_size)
     cell = BinaryTreeLSTMCell(hidden_size)
@@ -33,7 +49,7 @@ def binary_tree_lstm(
 def tree_lstm_classifier(
     vocab_size: int, embed_size: int, hidden_size: int, num_classes: int
 ) -> fb.Block:
-    """Tree → logits over ``num_classes`` from the root's hidden state."""
+    """Nested-tuple tree → logits over ``num_classes`` from the root's hidden state."""
     return (
         binary_tree_lstm(vocab_size, embed_size, hidden_size)
         >> fb.GetItem(0)
@@ -47,3 +63,132 @@ def random_tree(n_leaves: int, vocab_size: int, rng: Any) -> tuple:
         return (int(rng.integers(vocab_size)),)
     k = int(rng.integers(1, n_leaves))
     return (random_tree(k, vocab_size, rng), random_tree(n_leaves - k, vocab_size, rng))
+
+
+class _WordTreeLSTMCell(nn.Module):
+    """A binary Tree-LSTM cell that also reads the node's own word (an operator symbol)."""
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.cell = BinaryTreeLSTMCell(hidden_size)
+        self.x_gates = nn.Linear(input_size, 5 * hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor, children: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        (hl, cl), (hr, cr) = children
+        z = self.cell.gates(torch.cat([hl, hr], dim=1)) + self.x_gates(x)
+        i, fl, fr, o, u = z.chunk(5, dim=1)
+        c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+
+@dataclass
+class TreeBatch:
+    """A collated batch: the schedule (built off the main process) and the root labels."""
+
+    plan: Plan
+    root_labels: torch.Tensor
+    size: int
+
+
+class TreeLSTMClassifier(nn.Module):
+    """Binary Tree-LSTM sentiment/expression classifier with a loss on every labelled node.
+
+    Args:
+        vocab: maps leaf words (and operator words) to ids (``foldexp.data.vocab.Vocabulary``).
+        num_classes: label classes; a node labelled ``-1`` carries no label.
+        embed_size, hidden_size: sizes; ``embeddings`` (a matrix) overrides ``embed_size``.
+        dropout: on word embeddings and on the states fed to the classifier.
+        internal_words: internal nodes have a word of their own (calculator operators).
+        node_loss: train on every labelled node (else the root only).
+    """
+
+    def __init__(
+        self,
+        vocab: Any,
+        num_classes: int,
+        embed_size: int = 64,
+        hidden_size: int = 64,
+        dropout: float = 0.0,
+        freeze_embeddings: bool = False,
+        node_loss: bool = True,
+        internal_words: bool = False,
+        embeddings: np.ndarray | None = None,
+        name: str = "tree_lstm",
+    ) -> None:
+        super().__init__()
+        if embeddings is not None:
+            embed_size = int(embeddings.shape[1])
+        self.vocab, self.num_classes, self.node_loss = vocab, num_classes, node_loss
+        embedding = fb.Embedding(
+            len(vocab),
+            embed_size,
+            initializer=embeddings,
+            trainable=not (freeze_embeddings and embeddings is not None),
+        )
+        index = vocab.index
+        word = (
+            fb.InputTransform(lambda node: index(node.word))
+            >> fb.Scalar("int64")
+            >> fb.Function(embedding)
+            >> fb.Function(nn.Dropout(dropout))
+        )
+        tree = fb.ForwardDeclaration(name="tree")
+        children = fb.InputTransform(lambda node: node.children) >> fb.Record((tree(), tree()))
+        if internal_words:
+            internal = fb.AllOf(word, children) >> fb.Function(
+                _WordTreeLSTMCell(embed_size, hidden_size)
+            )
+        else:
+            internal = children >> fb.Function(BinaryTreeLSTMCell(hidden_size))
+        leaf = word >> fb.Function(TreeLSTMLeaf(embed_size, hidden_size))
+        state = fb.OneOf(lambda node: len(node.children), {0: leaf, 2: internal})
+        label = (
+            fb.InputTransform(lambda node: node.label) >> fb.Scalar("int64") >> fb.Metric("label")
+        )
+        node = (
+            fb.AllOf(state >> fb.AllOf(fb.Identity(), fb.GetItem(0) >> fb.Metric("h")), label)
+            >> fb.GetItem(0)
+            >> fb.GetItem(0)
+        )
+        tree.resolve_to(node)
+        self.compiler = Compiler(tree() >> fb.GetItem(0))
+        self.dropout = nn.Dropout(dropout)
+        self.classify = nn.Linear(hidden_size, num_classes)
+
+    def collate(self, trees: list[Any]) -> TreeBatch:
+        """Traces and schedules a batch (safe to call in DataLoader workers)."""
+        labels = torch.tensor([t.label for t in trees], dtype=torch.int64)
+        return TreeBatch(self.compiler.build(trees), labels, len(trees))
+
+    def forward(self, batch: TreeBatch) -> dict[str, torch.Tensor]:
+        """Loss and summed statistics: root and all-node correct counts."""
+        root_h = self.compiler.run(batch.plan)
+        node_h, _ = self.compiler.last_metrics["h"]
+        node_labels, _ = self.compiler.last_metrics["label"]
+        root_logits = self.classify(self.dropout(root_h))
+        node_logits = self.classify(self.dropout(node_h))
+        mask = node_labels >= 0
+        root_labels = batch.root_labels.to(root_logits.device)
+        root_mask = root_labels >= 0
+        if self.node_loss:
+            loss = F.cross_entropy(node_logits[mask], node_labels[mask], reduction="sum")
+            loss = loss / max(1, batch.size)
+        else:
+            loss = F.cross_entropy(root_logits[root_mask], root_labels[root_mask])
+        root_pred = root_logits.argmax(1)
+        node_pred = node_logits.argmax(1)
+        return {
+            "loss": loss,
+            "root_correct": (root_pred == root_labels)[root_mask].sum(),
+            "root_count": root_mask.sum(),
+            "node_correct": (node_pred == node_labels)[mask].sum(),
+            "node_count": mask.sum(),
+        }
+
+    @staticmethod
+    def summarize(sums: dict[str, float]) -> dict[str, float]:
+        """Metrics from summed statistics: accuracy at the root and over all labelled nodes."""
+        return {
+            "accuracy": sums["root_correct"] / max(1.0, sums["root_count"]),
+            "node_accuracy": sums["node_correct"] / max(1.0, sums["node_count"]),
+        }

@@ -1,0 +1,1 @@
+"""Hydra config groups shipped with the package (found as ``pkg://foldexp.conf``)."""

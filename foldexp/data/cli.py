@@ -1,0 +1,100 @@
+"""Command line for ``foldexp data ...``: fetch, import and inspect datasets.
+
+The top-level ``foldexp`` command dispatches ``foldexp data ARGS`` to :func:`main`; it can also be
+run on its own as ``python -m foldexp.data.cli ARGS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from foldexp.data.errors import DataError
+from foldexp.data.fetch import DATASETS
+from foldexp.data.paths import DATA_ENV_VAR
+
+__all__ = ["build_parser", "main"]
+
+_EPILOG = f"""\
+datasets:
+  sst       Stanford Sentiment Treebank, PTB trees (sst/train.txt, dev.txt, test.txt)
+  esol      ESOL / Delaney aqueous solubility (molecules/delaney-processed.csv)
+  freesolv  FreeSolv hydration free energy (molecules/freesolv.csv)
+
+The data directory is --data-dir, else ${DATA_ENV_VAR}, else ./data.
+Offline? Download the file elsewhere, then e.g.:
+  foldexp data import sst ~/Downloads/trainDevTestTrees_PTB.zip
+  foldexp data import esol ~/Downloads/delaney-processed.csv
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the ``foldexp data`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="foldexp data",
+        description="Fetch, import and inspect the datasets used by foldexp.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        default=None,
+        help=f"data directory (default: ${DATA_ENV_VAR} if set, else ./data)",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    names = sorted(DATASETS)
+
+    p = commands.add_parser(
+        "fetch",
+        help="download a dataset (needs internet)",
+        description="Download a dataset from its public location into the data directory.",
+    )
+    p.add_argument("name", choices=names, help="dataset to download")
+    p.add_argument("--force", action="store_true", help="download again even if present")
+
+    p = commands.add_parser(
+        "import",
+        help="install a local copy of a dataset (works offline)",
+        description=(
+            "Check a local copy of a dataset and install it into the data directory. "
+            "sst: the official trainDevTestTrees_PTB.zip or a folder with train/dev/test.txt; "
+            "esol, freesolv: the CSV file."
+        ),
+    )
+    p.add_argument("name", choices=names, help="dataset to import")
+    p.add_argument("path", help="zip file, folder or CSV holding the dataset")
+
+    p = commands.add_parser(
+        "stats",
+        help="print statistics and save histograms",
+        description="Print a table of dataset statistics and save histograms as a PNG.",
+    )
+    p.add_argument("name", choices=names, help="dataset to describe")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        default="outputs/data-stats",
+        help="folder for NAME.png (default: outputs/data-stats)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``foldexp data`` with ``argv`` (without the leading ``data``); return the exit code."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    from foldexp.data import commands  # after parsing, so --help stays instant
+
+    try:
+        if args.command == "fetch":
+            return commands.fetch_command(args.name, args.data_dir, force=args.force)
+        if args.command == "import":
+            return commands.import_command(args.name, args.path, args.data_dir)
+        return commands.stats_command(args.name, args.data_dir, args.out)
+    except DataError as exc:
+        print(f"foldexp data {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

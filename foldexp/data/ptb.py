@@ -1,0 +1,265 @@
+"""Parser for PTB-style bracketed trees, one tree per line (the SST file format).
+
+Grammar (``WS`` is space, tab, CR or LF)::
+
+    line  := WS* node WS*
+    node  := '(' WS* LABEL ( WS+ WORD | (WS* node)+ ) WS* ')'
+    LABEL := an optional sign and ASCII digits, e.g. 3 or -1
+    WORD  := everything up to the closing ')', without surrounding WS; never '(' or ')'
+
+A leaf's word is *everything* up to its closing parenthesis, so SST leaves that contain a space
+(``(2 8 1\\/2)``) keep it. With ``internal_words=True`` a node may have a word *and* children,
+``(label word child ...)``, which is how calculator trees are written.
+
+The parser is a hand-written stack machine over three kinds of token -- ``(`` with the text that
+follows it, ``)``, and stray text -- so every error knows its exact column. Errors are
+:class:`TreeParseError` with a ``path:line:col: expected ... got ...`` message.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from os import PathLike
+from pathlib import Path
+
+from foldexp.data.errors import TreeParseError
+from foldexp.data.trees import Tree
+
+__all__ = ["PTB_ESCAPES", "parse_tree", "read_ptb_file", "unescape_word"]
+
+# A token is an opening '(' with the text up to the next parenthesis (label and maybe word) and,
+# for a leaf, its closing ')'; or a ')' closing an internal node; or stray text. Leading
+# whitespace is folded into the parenthesis tokens, so a well-formed line costs one token per leaf
+# and two per internal node (SST train has 318k nodes; this keeps loading well under a second).
+_TOKEN = re.compile(r"[ \t\r\n]*(?:(\()([^()]*)(\))?|(\)))|[^()]+")
+_WS_CHAR = re.compile(r"[ \t\r\n]")
+_LABEL = re.compile(r"[+-]?[0-9]+")
+_WS = " \t\r\n"
+# Fast path for the labels that make up nearly all real data; anything else goes through _LABEL.
+_COMMON_LABELS = {str(i): i for i in range(10)}
+
+#: PTB escape sequences and what they stand for (used when ``unescape=True``).
+PTB_ESCAPES: dict[str, str] = {
+    "-LRB-": "(",
+    "-RRB-": ")",
+    "-LCB-": "{",
+    "-RCB-": "}",
+    "-LSB-": "[",
+    "-RSB-": "]",
+    "\\/": "/",
+    "\\*": "*",
+}
+
+
+def unescape_word(word: str) -> str:
+    """Undo the PTB escapes in one token: ``-LRB-`` -> ``(``, ``\\/`` -> ``/``, ``\\*`` -> ``*``."""
+    if "-" in word or "\\" in word:
+        for escaped, plain in PTB_ESCAPES.items():
+            if escaped in word:
+                word = word.replace(escaped, plain)
+    return word
+
+
+def _show(text: str) -> str:
+    """Quote a token for an error message, shortened so one bad line can't flood the terminal."""
+    return repr(text if len(text) <= 24 else text[:21] + "...")
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building many acyclic objects.
+
+    Parsing SST train allocates ~300k tree nodes, which triggers hundreds of young-generation
+    collections that find nothing (trees hold no cycles); pausing them halves the load time.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _slow_label(body: str, offset: int, fail, text: str) -> tuple[int, str]:
+    """Split ``body`` (the text after a '(') into its label and the rest, off the fast path.
+
+    Handles whitespace before the label, tabs after it, multi-digit and signed labels, and
+    reports a missing or malformed label. ``offset`` is where ``body`` starts in ``text``.
+    """
+    label_body = body.lstrip(_WS)
+    pos = offset + len(body) - len(label_body)
+    if not label_body:
+        got = repr(text[pos]) if pos < len(text) else "end of line"
+        raise fail(pos, f"expected a label after '(', got {got}")
+    cut = _WS_CHAR.search(label_body)
+    cut_at = cut.start() if cut else len(label_body)
+    label_text = label_body[:cut_at]
+    if _LABEL.fullmatch(label_text) is None:
+        raise fail(pos, f"expected an integer label after '(', got {_show(label_text)}")
+    return int(label_text), label_body[cut_at:]
+
+
+def parse_tree(
+    text: str,
+    *,
+    path: str | PathLike[str] = "<string>",
+    line: int = 1,
+    label_range: tuple[int, int] | None = None,
+    internal_words: bool = False,
+    unescape: bool = False,
+) -> Tree:
+    """Parse one PTB-style tree.
+
+    Args:
+        text: The tree text (one line of a tree file).
+        path: File name used in error messages.
+        line: Line number used in error messages.
+        label_range: Inclusive ``(low, high)`` bounds every label must lie in, or ``None``.
+        internal_words: Allow ``(label word child ...)`` nodes (calculator trees).
+        unescape: Replace PTB escapes in words (see :data:`PTB_ESCAPES`).
+
+    Returns:
+        The parsed tree.
+
+    Raises:
+        TreeParseError: The text is not exactly one well-formed tree; the message gives
+            ``path:line:col`` and what was expected.
+    """
+
+    def fail(offset: int, message: str) -> TreeParseError:
+        return TreeParseError(path, line, offset + 1, message)
+
+    make = Tree._make
+    common = _COMMON_LABELS
+    low, high = label_range if label_range is not None else (None, None)
+    # One frame per open internal node: [label, word, children, offset of its '(']
+    stack: list[list] = []
+    root: Tree | None = None
+
+    for match in _TOKEN.finditer(text):
+        opened, body, leaf_closed, closed = match.groups()
+        if opened:
+            if stack:
+                top = stack[-1]
+                if top[1] is not None and not internal_words:
+                    pos = match.start(1)
+                    raise fail(pos, f"expected ')' to close leaf {_show(top[1])}, got '('")
+            elif root is not None:
+                raise fail(match.start(1), "expected end of line after the tree, got '('")
+            # Fast path: "2 word" or "2 " -- a one-digit label followed by a plain space.
+            label_text, _, rest = body.partition(" ")
+            label = common.get(label_text)
+            if label is None:
+                label, rest = _slow_label(body, match.start(2), fail, text)
+            if low is not None and not low <= label <= high:
+                pos = match.start(2) + len(body) - len(body.lstrip(_WS))
+                raise fail(pos, f"expected a label in {low}..{high}, got {label}")
+            word = rest.strip(_WS) or None
+            if word is not None and unescape:
+                word = unescape_word(word)
+            if leaf_closed:
+                if word is None:
+                    raise fail(
+                        match.start(3),
+                        f"expected a word or a child '(' after label {label}, got ')'",
+                    )
+                node = make(label, word, ())
+                if stack:
+                    stack[-1][2].append(node)
+                else:
+                    root = node
+            else:
+                stack.append([label, word, [], match.start(1)])
+        elif closed:
+            if not stack:
+                raise fail(match.start(4), "expected '(' or end of line, got unbalanced ')'")
+            label, word, children, _ = stack.pop()
+            if word is None and not children:
+                raise fail(
+                    match.start(4), f"expected a word or a child '(' after label {label}, got ')'"
+                )
+            node = make(label, word, tuple(children))
+            if stack:
+                stack[-1][2].append(node)
+            else:
+                root = node
+        else:
+            tok = match.group()
+            junk = tok.lstrip(_WS)
+            if not junk:
+                continue  # trailing whitespace
+            pos = match.start() + len(tok) - len(junk)
+            shown = _show(junk.rstrip(_WS))
+            if stack:
+                raise fail(pos, f"expected '(' or ')' after a child node, got {shown}")
+            if root is None:
+                raise fail(pos, f"expected '(' to start a tree, got {shown}")
+            raise fail(pos, f"expected end of line after the tree, got {shown}")
+
+    end = len(text.rstrip(_WS))
+    if stack:
+        col = stack[-1][3] + 1
+        raise fail(end, f"expected ')' to close the '(' at column {col}, got end of line")
+    if root is None:
+        raise fail(end, "expected a tree '(label ...)', got an empty line")
+    return root
+
+
+def read_ptb_file(
+    path: str | PathLike[str],
+    *,
+    label_range: tuple[int, int] | None = None,
+    internal_words: bool = False,
+    unescape: bool = False,
+) -> list[Tree]:
+    """Read a file with one PTB-style tree per line.
+
+    Blank lines carry no tree and are ignored; every other line must hold exactly one tree.
+
+    Args:
+        path: The UTF-8 text file to read.
+        label_range: Inclusive bounds for every label, or ``None``.
+        internal_words: Allow ``(label word child ...)`` nodes.
+        unescape: Replace PTB escapes in words.
+
+    Returns:
+        The trees in file order.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        TreeParseError: The file is empty, is not UTF-8, or has a malformed line.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        column = len(data[line_start : exc.start].decode("utf-8", errors="replace")) + 1
+        bad = data[exc.start : exc.start + 1].hex()
+        raise TreeParseError(
+            path, line, column, f"expected UTF-8 text, got byte 0x{bad} (is this a tree file?)"
+        ) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]  # a UTF-8 byte-order mark is harmless; don't count it as a column
+    with _gc_paused():
+        trees = [
+            parse_tree(
+                line,
+                path=path,
+                line=number,
+                label_range=label_range,
+                internal_words=internal_words,
+                unescape=unescape,
+            )
+            for number, line in enumerate(text.split("\n"), start=1)
+            if line.strip(_WS)
+        ]
+    if not trees:
+        raise TreeParseError(path, 1, 1, "expected one PTB tree per line, got an empty file")
+    return trees

@@ -1,0 +1,125 @@
+"""Sequence datasets: the addition and multiplication problems, and SST as flat sentences.
+
+Addition / multiplication (Hochreiter & Schmidhuber 1997, in the form used by Raffel & Ellis 2016,
+"Feed-forward networks with attention can solve some long-term memory problems"): each example is
+a sequence of ``(value, marker)`` pairs with values uniform in ``[0, 1]`` and exactly two markers
+equal to 1 (all others 0); the target is the sum (addition) or product (multiplication) of the
+two marked values. A prediction counts as correct when it is within 0.04 of the target
+(:func:`accuracy_within`). Lengths are uniform in ``[min_len, max_len]``; the first marker lies in
+the first half of the sequence and the second in the second half, so the model must carry
+information across at least one half of the sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from foldexp.data.trees import Tree
+
+__all__ = [
+    "SequenceExample",
+    "accuracy_within",
+    "addition_problem",
+    "multiplication_problem",
+    "pad_sequences",
+    "sst_sentences",
+]
+
+
+class SequenceExample(NamedTuple):
+    """One example of the addition or multiplication problem.
+
+    Attributes:
+        inputs: ``(T, 2)`` float32; column 0 the values, column 1 the markers (0 or 1).
+        target: Sum or product of the two marked values.
+    """
+
+    inputs: np.ndarray
+    target: float
+
+
+def _marked_problem(
+    n: int, min_len: int, max_len: int, seed: int, combine: str
+) -> list[SequenceExample]:
+    if not 2 <= min_len <= max_len:
+        raise ValueError(f"need 2 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+    if n < 0:
+        raise ValueError(f"n must be non-negative, got {n}")
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(min_len, max_len + 1, size=n)
+    examples = []
+    for length in lengths.tolist():
+        inputs = np.zeros((length, 2), dtype=np.float32)
+        inputs[:, 0] = rng.random(length, dtype=np.float32)
+        half = length // 2
+        first = int(rng.integers(half))
+        second = int(rng.integers(half, length))
+        inputs[first, 1] = inputs[second, 1] = 1.0
+        a, b = float(inputs[first, 0]), float(inputs[second, 0])
+        target = a + b if combine == "sum" else a * b
+        examples.append(SequenceExample(inputs, target))
+    return examples
+
+
+def addition_problem(
+    n: int, min_len: int = 50, max_len: int = 55, seed: int = 0
+) -> list[SequenceExample]:
+    """Generate ``n`` addition-problem examples (target = sum of the two marked values).
+
+    Args:
+        n: Number of examples.
+        min_len: Shortest sequence (at least 2).
+        max_len: Longest sequence; lengths are uniform in ``[min_len, max_len]``.
+        seed: Seed of the numpy generator.
+    """
+    return _marked_problem(n, min_len, max_len, seed, "sum")
+
+
+def multiplication_problem(
+    n: int, min_len: int = 50, max_len: int = 55, seed: int = 0
+) -> list[SequenceExample]:
+    """Generate ``n`` multiplication-problem examples (target = product of the marked values).
+
+    Arguments as :func:`addition_problem`.
+    """
+    return _marked_problem(n, min_len, max_len, seed, "product")
+
+
+def accuracy_within(pred: Iterable[float], target: Iterable[float], tol: float = 0.04) -> float:
+    """Return the fraction of predictions with ``|pred - target| < tol``.
+
+    Accepts lists, numpy arrays or CPU tensors (anything ``np.asarray`` takes).
+    """
+    p = np.asarray(pred, dtype=np.float64).reshape(-1)
+    t = np.asarray(target, dtype=np.float64).reshape(-1)
+    if p.shape != t.shape:
+        raise ValueError(f"pred and target differ in size: {p.size} vs {t.size}")
+    if p.size == 0:
+        raise ValueError("accuracy_within needs at least one prediction")
+    return float(np.mean(np.abs(p - t) < tol))
+
+
+def pad_sequences(
+    sequences: Sequence[np.ndarray], pad_value: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Stack variable-length arrays into one ``(N, T_max, ...)`` array.
+
+    Returns:
+        ``(padded, lengths)``; ``lengths`` is int64 ``(N,)``.
+    """
+    if not sequences:
+        raise ValueError("pad_sequences needs at least one sequence")
+    lengths = np.array([len(s) for s in sequences], dtype=np.int64)
+    first = np.asarray(sequences[0])
+    out = np.full((len(sequences), int(lengths.max()), *first.shape[1:]), pad_value, first.dtype)
+    for i, s in enumerate(sequences):
+        out[i, : len(s)] = s
+    return out, lengths
+
+
+def sst_sentences(trees: Iterable[Tree]) -> list[tuple[list[str], int]]:
+    """Flatten trees into ``(tokens, root_label)`` pairs (for sequence baselines on SST)."""
+    return [([w for w in tree.words() if w is not None], tree.label) for tree in trees]

@@ -1,0 +1,182 @@
+"""Pre-trained word vectors in the GloVe text format, aligned to a :class:`Vocabulary`.
+
+The format is one word per line followed by its ``d`` float components, separated by single
+spaces (``the 0.418 0.24968 ...``), optionally gzip-compressed (``.gz``). A word2vec-style header
+line ``N d`` is accepted too. Only the vectors of vocabulary words are converted to floats, so
+aligning a small vocabulary against a large file stays quick; every line's field count is still
+checked, so a truncated file is reported rather than half-read.
+
+GloVe 6B is lower-cased and uses plain ``( ) / *`` where SST writes ``-LRB- -RRB- \\/ \\*``. By
+default each vocabulary word is therefore looked up as written, lower-cased, with PTB escapes
+undone, and both; the first form found wins.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from foldexp.data.errors import FormatError
+from foldexp.data.ptb import PTB_ESCAPES, unescape_word
+from foldexp.data.vocab import Vocabulary
+
+__all__ = ["AlignedVectors", "align_word_vectors", "default_lookup_keys", "read_word_vectors"]
+
+_LOWER_ESCAPES = {e.lower(): c for e, c in PTB_ESCAPES.items() if e.lower() != e}
+
+
+class AlignedVectors(NamedTuple):
+    """Result of :func:`align_word_vectors`.
+
+    Attributes:
+        matrix: ``(len(vocab), d)`` float32; row ``i`` is the vector of ``vocab.word(i)``.
+        coverage: Fraction of corpus token occurrences (weighted by ``vocab.counts``) whose word
+            has a pre-trained vector; the fraction of vocabulary words when counts are absent.
+            The unknown token and specials are not counted.
+        missing: Vocabulary words without a pre-trained vector (they got random rows), in id
+            order.
+    """
+
+    matrix: np.ndarray
+    coverage: float
+    missing: list[str]
+
+
+def default_lookup_keys(word: str) -> list[str]:
+    """Return the forms of ``word`` to look up, in order of preference (see module docstring)."""
+    plain = unescape_word(word)
+    # A lower-cased vocabulary holds "-lrb-" rather than "-LRB-".
+    for escaped, char in _LOWER_ESCAPES.items():
+        if escaped in plain:
+            plain = plain.replace(escaped, char)
+    keys = [word, word.lower(), plain, plain.lower()]
+    return list(dict.fromkeys(keys))  # drop repeats, keep the order of preference
+
+
+def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, line)`` without the line break.
+
+    Lines are read as bytes and decoded one by one, so a decoding error names the right line
+    (a text wrapper decodes whole chunks and would blame the wrong one).
+    """
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as f:
+            for number, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise FormatError(
+                        f"{path}:{number}: expected UTF-8 text, got byte 0x{raw[exc.start]:02x}"
+                    ) from None
+                yield number, line.rstrip("\r\n")
+    except (gzip.BadGzipFile, EOFError) as exc:
+        raise FormatError(f"{path}: expected a gzip-compressed text file: {exc}") from None
+
+
+def read_word_vectors(
+    path: str | os.PathLike[str], words: set[str] | None = None
+) -> tuple[dict[str, np.ndarray], int]:
+    """Read a GloVe-format file.
+
+    Args:
+        path: A ``.txt`` or ``.txt.gz`` file.
+        words: If given, only vectors of these words are converted and returned.
+
+    Returns:
+        ``(vectors, dim)``: a dict word -> float32 vector and the dimension ``d``. When a word
+        occurs twice the first occurrence is kept (as GloVe consumers conventionally do).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        FormatError: A line has the wrong number of values or a value is not a number; the
+            message names ``file:line``.
+    """
+    path = Path(path)
+    vectors: dict[str, np.ndarray] = {}
+    dim: int | None = None
+    for number, line in _iter_lines(path):
+        if not line.strip():
+            continue
+        parts = line.rstrip(" ").split(" ")
+        if dim is None:
+            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+                dim = int(parts[1])  # word2vec-style "count dim" header
+                continue
+            dim = len(parts) - 1
+            if dim < 1:
+                raise FormatError(f"{path}:{number}: expected 'word v1 ... vd', got {line[:40]!r}")
+        if len(parts) != dim + 1:
+            raise FormatError(
+                f"{path}:{number}: expected a word and {dim} values, got {len(parts) - 1} "
+                f"values (word {parts[0]!r})"
+            )
+        word = parts[0]
+        if (words is None or word in words) and word not in vectors:
+            try:
+                vectors[word] = np.array(parts[1:], dtype=np.float32)
+            except ValueError:
+                bad = next(p for p in parts[1:] if not _is_float(p))
+                raise FormatError(
+                    f"{path}:{number}: expected {dim} numbers after {word!r}, got {bad!r}"
+                ) from None
+    if dim is None:
+        raise FormatError(f"{path}: expected GloVe vectors ('word v1 ... vd'), got an empty file")
+    return vectors, dim
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def align_word_vectors(
+    path: str | os.PathLike[str],
+    vocab: Vocabulary,
+    *,
+    seed: int = 0,
+    scale: float = 0.1,
+    lookup: Callable[[str], list[str]] = default_lookup_keys,
+) -> AlignedVectors:
+    """Build an embedding matrix for ``vocab`` from a GloVe-format file.
+
+    Args:
+        path: The vectors file (``.txt`` or ``.txt.gz``).
+        vocab: The vocabulary whose ids index the rows.
+        seed: Seed of the generator for rows without a pre-trained vector.
+        scale: Those rows are drawn uniformly from ``[-scale, scale]`` (small next to GloVe's
+            typical component size, so they do not dominate early training).
+        lookup: Maps a vocabulary word to the file words to try, most preferred first.
+
+    Returns:
+        :class:`AlignedVectors` ``(matrix, coverage, missing)``.
+    """
+    candidates = {w: lookup(w) for w in vocab.words[1 + len(vocab.specials) :]}
+    wanted = {key for keys in candidates.values() for key in keys}
+    vectors, dim = read_word_vectors(path, wanted)
+
+    rng = np.random.default_rng(seed)
+    # Every row starts random (including unk and specials) so the result does not depend on
+    # which words happen to be found.
+    matrix = rng.uniform(-scale, scale, size=(len(vocab), dim)).astype(np.float32)
+    missing: list[str] = []
+    found_weight = total_weight = 0
+    for word, keys in candidates.items():
+        weight = vocab.counts.get(word, 1) if vocab.counts else 1
+        total_weight += weight
+        vector = next((vectors[k] for k in keys if k in vectors), None)
+        if vector is None:
+            missing.append(word)
+        else:
+            matrix[vocab.index(word)] = vector
+            found_weight += weight
+    coverage = found_weight / total_weight if total_weight else 0.0
+    return AlignedVectors(matrix, coverage, missing)

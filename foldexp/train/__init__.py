@@ -1,0 +1,1 @@
+"""Training: dataset builders, the loop (``run_train``), checkpoints and run artifacts."""

@@ -1,0 +1,50 @@
+"""``foldexp train``: the Hydra app, a thin shell over ``run_train``.
+
+``compose_config`` builds the same config without running Hydra's app machinery, for tests and
+notebooks (``output_dir`` stands in for Hydra's run folder).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, open_dict
+
+from foldexp.config import CONF_DIR, register_configs
+
+__all__ = ["main", "compose_config"]
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    """Trains; returns the selection metric so Hydra sweepers can optimise it."""
+    from foldexp.train.loop import run_train
+
+    results = run_train(cfg)
+    return results.get(f"best_{cfg.trainer.select_metric}")
+
+
+def compose_config(
+    overrides: list[str] | None = None,
+    output_dir: str | Path | None = None,
+    config_name: str = "train",
+) -> DictConfig:
+    """Composes a config from ``foldexp/conf`` with overrides, as the command line would."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose(
+            config_name=config_name, overrides=list(overrides or []), return_hydra_config=True
+        )
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        if output_dir is not None:
+            cfg.paths.output_dir = str(output_dir)
+        del cfg["hydra"]
+    return cfg

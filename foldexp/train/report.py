@@ -1,0 +1,106 @@
+"""``foldexp report DIR``: one table (and plot) from many runs.
+
+Finds every ``results.json`` under the given folders (a sweep's ``multirun`` folder, or several
+single runs), flattens each into one row — the run's overrides, its seed, its metrics — and writes
+``report.csv``, ``report.md`` (sorted by the chosen metric) and ``report.png``. Runs that differ
+only by seed are also summarised as mean ± std in ``summary.csv`` / ``summary.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from foldexp.train.artifacts import atomic_write, write_text
+
+__all__ = ["collect_results", "run_report"]
+
+
+def _overrides(run_dir: Path) -> str:
+    path = run_dir / ".hydra" / "overrides.yaml"
+    if not path.exists():
+        return ""
+    items = [ln[2:].strip() for ln in path.read_text().splitlines() if ln.startswith("- ")]
+    return " ".join(i for i in items if not i.startswith("seed="))
+
+
+def collect_results(dirs: Sequence[str | Path]) -> pd.DataFrame:
+    """One row per ``results.json`` found under ``dirs``."""
+    rows: list[dict[str, Any]] = []
+    for d in dirs:
+        d = Path(d)
+        if not d.exists():
+            raise FileNotFoundError(f"foldexp report: {d} does not exist")
+        for path in sorted(d.rglob("results.json")):
+            data = json.loads(path.read_text())
+            row = {"run": str(path.parent), "overrides": _overrides(path.parent)}
+            row.update({k: v for k, v in data.items() if not isinstance(v, (dict, list))})
+            rows.append(row)
+    if not rows:
+        raise FileNotFoundError(
+            f"foldexp report: no results.json under {', '.join(map(str, dirs))}"
+        )
+    return pd.DataFrame(rows)
+
+
+def run_report(
+    dirs: Sequence[str | Path],
+    metric: str = "test_accuracy",
+    out_dir: str | Path | None = None,
+    ascending: bool = False,
+) -> pd.DataFrame:
+    """Writes report.csv/.md/.png (and summary.csv/.md) into ``out_dir`` (default: first dir)."""
+    df = collect_results(dirs)
+    if metric not in df.columns:
+        numeric = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c])]
+        raise KeyError(f"metric {metric!r} is in no results.json; numeric columns: {numeric}")
+    df = df.sort_values(metric, ascending=ascending).reset_index(drop=True)
+    out = Path(out_dir or dirs[0])
+    cols = [
+        c
+        for c in [
+            "overrides",
+            "experiment",
+            "seed",
+            metric,
+            "best_epoch",
+            "steps",
+            "train_seconds",
+            "run",
+        ]
+        if c in df.columns
+    ]
+    atomic_write(out / "report.csv", lambda tmp: df.to_csv(tmp, index=False))
+    write_text(out / "report.md", df[cols].to_markdown(index=False, floatfmt=".4f") + "\n")
+
+    group = ["experiment", "overrides"] if "experiment" in df.columns else ["overrides"]
+    summary = (
+        df.groupby(group, dropna=False)[metric]
+        .agg(["mean", "std", "min", "max", "count"])
+        .reset_index()
+        .sort_values("mean", ascending=ascending)
+    )
+    atomic_write(out / "summary.csv", lambda tmp: summary.to_csv(tmp, index=False))
+    write_text(out / "summary.md", summary.to_markdown(index=False, floatfmt=".4f") + "\n")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 0.4 * len(summary) + 1.5))
+    labels = [
+        " ".join(str(v) for v in r if str(v)) or "(defaults)"
+        for r in summary[group].itertuples(index=False)
+    ]
+    ax.barh(labels, summary["mean"], xerr=summary["std"].fillna(0), color="tab:blue", alpha=0.8)
+    ax.set_xlabel(f"{metric} (mean ± std over seeds)")
+    fig.tight_layout()
+    atomic_write(out / "report.png", lambda tmp: fig.savefig(tmp, format="png", dpi=100))
+    plt.close(fig)
+    print(summary.to_markdown(index=False, floatfmt=".4f"))
+    return df
