@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv and install foldexp with its test tools (idempotent)
 
-run: $(STAMP) ## run the default experiment (offline)
-	$(VENV)/bin/foldexp demo
+run: $(STAMP) ## run the default experiment (Tree-LSTM on calculator trees, offline)
+	$(VENV)/bin/foldexp train
 
 test: $(STAMP) ## run the test suite
 	$(PY) -m pytest -q
@@ -34,6 +34,9 @@ format: $(STAMP) ## apply ruff formatting and autofixes
 
 bench: $(STAMP) ## engine throughput benchmark (Tree-LSTM, 256 trees of 64 leaves)
 	$(PY) benchmarks/engine_treelstm.py
+
+demo: $(STAMP) ## print a schedule and the speedup of batching
+	$(VENV)/bin/foldexp demo
 
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .ruff_cache

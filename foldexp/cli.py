@@ -1,7 +1,9 @@
 """The ``foldexp`` command: a thin dispatcher over plain functions.
 
-``foldexp demo`` runs the engine demo; ``foldexp data …`` manages datasets. Each subcommand
-parses its own arguments and calls one function, so tests call those functions directly.
+``foldexp train`` and ``foldexp bench`` are Hydra apps (all of Hydra's command line works);
+``foldexp data``, ``foldexp report`` and ``foldexp demo`` take plain arguments. Each subcommand
+calls one plain function (``run_train``, ``run_bench``, ``run_report``, …), so tests call those
+functions directly.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import sys
 
 COMMANDS = {
     "train": "train a model: a Hydra app (foldexp train --help, key=value overrides, -m sweeps)",
+    "bench": "timing benchmarks: the paper's Table 1, scaling, peers (foldexp bench --help)",
     "report": "aggregate runs or a sweep folder into a table and a plot (foldexp report DIR)",
     "demo": "print a batch schedule and the speedup of dynamic batching",
     "data": "fetch, import and describe datasets (foldexp data --help)",
@@ -80,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         "data": _data,
         "report": _report,
         "train": _hydra_app("train", "foldexp.train.app"),
+        "bench": _hydra_app("bench", "foldexp.bench.app"),
     }
     if cmd not in handlers:
         print(f"foldexp: unknown command {cmd!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)

@@ -94,7 +94,8 @@ def evaluate(tree: Tree) -> int:
     values: dict[int, int] = {}
     for node in tree.nodes():
         if node.is_leaf:
-            if node.word is None or not node.word.lstrip("-").isdigit():
+            digits = (node.word or "").removeprefix("-")
+            if not (digits.isascii() and digits.isdigit()):
                 raise ValueError(f"calculator leaf must hold an integer, got {node.word!r}")
             values[id(node)] = int(node.word)
         elif len(node.children) != 2:

@@ -78,6 +78,7 @@ def write_cache(
                 invalid_rows=np.array([r for r, _ in invalid], dtype=np.int64),
                 invalid_smiles=np.array([s for _, s in invalid], dtype=str),
             )
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a cache/vocab is meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -18,15 +18,12 @@ follows it, ``)``, and stray text -- so every error knows its exact column. Erro
 
 from __future__ import annotations
 
-import gc
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from os import PathLike
 from pathlib import Path
 
 from foldexp.data.errors import TreeParseError
-from foldexp.data.trees import Tree
+from foldexp.data.trees import Tree, gc_paused
 
 __all__ = ["PTB_ESCAPES", "parse_tree", "read_ptb_file", "unescape_word"]
 
@@ -66,22 +63,6 @@ def unescape_word(word: str) -> str:
 def _show(text: str) -> str:
     """Quote a token for an error message, shortened so one bad line can't flood the terminal."""
     return repr(text if len(text) <= 24 else text[:21] + "...")
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building many acyclic objects.
-
-    Parsing SST train allocates ~300k tree nodes, which triggers hundreds of young-generation
-    collections that find nothing (trees hold no cycles); pausing them halves the load time.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _slow_label(body: str, offset: int, fail, text: str) -> tuple[int, str]:
@@ -247,7 +228,7 @@ def read_ptb_file(
         ) from None
     if text.startswith("\ufeff"):
         text = text[1:]  # a UTF-8 byte-order mark is harmless; don't count it as a column
-    with _gc_paused():
+    with gc_paused():
         trees = [
             parse_tree(
                 line,

@@ -24,7 +24,7 @@ from typing import Literal
 from foldexp.data.errors import DatasetNotFoundError
 from foldexp.data.paths import resolve_data_dir
 from foldexp.data.ptb import read_ptb_file
-from foldexp.data.trees import NO_LABEL, Tree
+from foldexp.data.trees import NO_LABEL, Tree, gc_paused
 
 __all__ = [
     "SST_CLASSES",
@@ -110,10 +110,13 @@ def load_sst(
             "the data directory is FOLDEXP_DATA or ./data unless --data-dir is given."
         )
     trees = read_sst_file(path, unescape=unescape)
-    if view == "binary":
-        trees = [b for b in map(to_binary, trees) if b is not None]
-    if labels == "root":
-        trees = [root_only(t) for t in trees]
+    if view == "fine" and labels == "all":
+        return trees
+    with gc_paused():
+        if view == "binary":
+            trees = [b for b in map(to_binary, trees) if b is not None]
+        if labels == "root":
+            trees = [root_only(t) for t in trees]
     return trees
 
 
@@ -130,13 +133,30 @@ def to_binary(tree: Tree) -> Tree | None:
     """Return the binary-view tree, or ``None`` when the root is neutral (2)."""
     if tree.label == 2:
         return None
-    return tree.map_labels(binary_label)
+    for label in tree.labels():
+        if not 0 <= label <= 4:
+            raise ValueError(f"expected SST labels in 0..4, got {label} in {tree!r}")
+    return _relabel(tree, lambda label, is_root: _BINARY[label])
 
 
 def root_only(tree: Tree) -> Tree:
     """Return the tree with every label except the root's replaced by ``NO_LABEL``."""
-    stripped = tree.map_labels(lambda _label: NO_LABEL)
-    return stripped.replace(label=tree.label)
+    return _relabel(tree, lambda label, is_root: label if is_root else NO_LABEL)
+
+
+def _relabel(tree: Tree, new_label) -> Tree:
+    """Rebuild ``tree`` with ``new_label(label, is_root)`` on every node (post-order stack)."""
+    make = Tree._make
+    stack: list[Tree] = []
+    for node in tree.nodes():
+        arity = len(node.children)
+        if arity:
+            kids = tuple(stack[-arity:])
+            del stack[-arity:]
+        else:
+            kids = ()
+        stack.append(make(new_label(node.label, node is tree), node.word, kids))
+    return stack[0]
 
 
 def label_counts(trees: Iterable[Tree], *, nodes: Labels = "root") -> Counter[int]:

@@ -11,9 +11,11 @@ be thousands of levels deep, far beyond Python's recursion limit.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import gc
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
-__all__ = ["NO_LABEL", "Tree"]
+__all__ = ["NO_LABEL", "Tree", "gc_paused"]
 
 #: Label of a node that carries no training signal (for example a neutral internal node in the
 #: binary SST view, or a non-root node in a root-only view). Losses should skip it.
@@ -249,6 +251,23 @@ class Tree:
         if len(text) > _REPR_WIDTH:
             text = text[: _REPR_WIDTH - 3] + "..."
         return f"<Tree size={self.size()} depth={self.depth()} {text}>"
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building many (acyclic) trees.
+
+    Building SST train allocates ~300k nodes, which triggers hundreds of young-generation
+    collections that find nothing (trees hold no cycles); pausing them halves the load time.
+    The previous state is restored on exit.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 _new = object.__new__

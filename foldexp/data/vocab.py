@@ -177,6 +177,7 @@ class Vocabulary:
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(payload, f, ensure_ascii=False)
+            os.chmod(tmp, 0o644)  # mkstemp creates 0600; a cache/vocab is meant to be shared
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

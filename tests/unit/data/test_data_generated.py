@@ -79,7 +79,7 @@ def test_calculator_splits_are_distinct():
     texts = [t.to_ptb() for t in train + dev + test]
     assert len(set(texts)) == 200
     with pytest.raises(ValueError, match="distinct expressions"):
-        make_calculator_dataset(5000, 1, seed=0, unique=True)  # only 300 exist
+        make_calculator_dataset(400, 1, seed=0, unique=True)  # only 300 exist
 
 
 def test_calculator_argument_checks():
