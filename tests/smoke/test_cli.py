@@ -1,0 +1,80 @@
+"""The installed console script, run as a user would, in a subprocess from another directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+TINY = ["dataset.n=300", "model.hidden_size=16", "model.embed_size=8", "debug=tiny"]
+
+
+def _foldexp() -> list[str]:
+    exe = shutil.which("foldexp", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "foldexp"]
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    proc = subprocess.run(
+        [*_foldexp(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return proc
+
+
+def test_help_lists_commands(tmp_path: Path) -> None:
+    out = _run(["--help"], tmp_path).stdout
+    for cmd in ("train", "bench", "data", "report", "demo"):
+        assert f"  {cmd} " in out
+
+
+def test_train_runs_from_any_directory(tmp_path: Path) -> None:
+    _run(["train", *TINY, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert 0.0 <= results["test_accuracy"] <= 1.0
+    assert (tmp_path / "run" / "metrics.csv").exists()
+
+
+def test_train_cfg_job_prints_config(tmp_path: Path) -> None:
+    out = _run(["train", "--cfg", "job", "model.hidden_size=7"], tmp_path).stdout
+    assert "hidden_size: 7" in out and "_target_: foldexp.models.tree_lstm" in out
+
+
+def test_bad_override_fails_before_work(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [*_foldexp(), "train", "trainer.epoch=3"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "epoch" in proc.stderr and not (tmp_path / "outputs").exists()
+
+
+def test_multirun_then_report(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    _run(["train", "-m", "seed=1,2", *TINY, f"hydra.sweep.dir={sweep}"], tmp_path)
+    _run(["report", str(sweep), "--metric", "test_accuracy"], tmp_path)
+    table = pd.read_csv(sweep / "report.csv")
+    assert sorted(table["seed"]) == [1, 2]
+    assert (sweep / "report.md").exists() and (sweep / "report.png").exists()
+    summary = pd.read_csv(sweep / "summary.csv")
+    assert summary["count"].tolist() == [2]
+
+
+def test_python_dash_m(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "foldexp", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0 and "commands:" in proc.stdout
