@@ -10,12 +10,15 @@ contract with the executor.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from foldexp.compiler.trace import Trace
+
+if TYPE_CHECKING:
+    from foldexp.compiler.cache import BatchTrace
 from foldexp.types import TensorType
 
 __all__ = ["Gather", "Group", "Plan", "schedule"]
@@ -134,7 +137,7 @@ def _stack_payloads(t: TensorType, payloads: list[Any]) -> torch.Tensor:
     return torch.as_tensor(arr, dtype=t.dtype).reshape(len(payloads), *t.shape)
 
 
-def schedule(trace: Trace, out_vids: np.ndarray) -> Plan:
+def schedule(trace: Trace | BatchTrace, out_vids: np.ndarray) -> Plan:
     """Turns a trace into a ``Plan``: groups by (depth, op), buffer layout, row indices."""
     row = np.full(trace.num_values, -1, dtype=np.int64)  # value id → row in its type's buffer
     cursor: list[int] = []
@@ -152,7 +155,7 @@ def schedule(trace: Trace, out_vids: np.ndarray) -> Plan:
     out_tids: list[list[int]] = []
     for i, op in enumerate(trace.ops):
         out_tids.append([trace.type_id(t) for t in op.out_types])
-        if not trace.op_depth[i]:
+        if len(trace.op_depth[i]) == 0:
             continue
         depth = np.asarray(trace.op_depth[i], dtype=np.int64)
         first = np.asarray(trace.op_first[i], dtype=np.int64)

@@ -18,7 +18,14 @@ from foldexp.blocks._base import Block, InputError
 from foldexp.blocks._ops import Op, structure_flattener
 from foldexp.types import TensorType, Type, VoidType
 
-__all__ = ["Trace", "trace_batch"]
+__all__ = ["Trace", "trace_batch", "flatten_output"]
+
+
+def flatten_output(output_type: Type, out: Any) -> list[int]:
+    """The root output's tensor value ids, flattened (none for a void root)."""
+    if isinstance(output_type, VoidType):
+        return []
+    return structure_flattener(output_type)(out)
 
 
 class Trace:

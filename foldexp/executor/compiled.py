@@ -17,6 +17,7 @@ from torch import nn
 
 from foldexp.blocks._base import Block, convert_to_block
 from foldexp.blocks._ops import Op, structure_builder
+from foldexp.compiler.cache import TraceCache
 from foldexp.compiler.schedule import Plan, schedule
 from foldexp.compiler.trace import trace_batch
 from foldexp.executor.run import execute
@@ -53,6 +54,9 @@ class Compiler(nn.Module):
     Args:
         block: the root block (anything ``convert_to_block`` accepts).
         input_type: the root's input type; Python objects by default.
+        cache_traces: keep each input's trace and reuse it when the same (unmutated) input
+            object comes back in a later batch — an epoch then costs only scheduling. See
+            ``foldexp/compiler/cache.py``.
 
     Attributes:
         last_stats: counters of the latest call — ``calls`` (operation launches), ``nodes``,
@@ -61,7 +65,9 @@ class Compiler(nn.Module):
             ``(values, input_index)``.
     """
 
-    def __init__(self, block: Any, input_type: Type | None = None) -> None:
+    def __init__(
+        self, block: Any, input_type: Type | None = None, cache_traces: bool = False
+    ) -> None:
         super().__init__()
         root = convert_to_block(block)
         out = root.infer(input_type or root._declared_input or PyObjectType())
@@ -79,6 +85,7 @@ class Compiler(nn.Module):
                 modules.append(op.module)
         self.layers = nn.ModuleList(modules)
         self._build_output = None if isinstance(out, VoidType) else structure_builder(out)
+        self.trace_cache = TraceCache() if cache_traces else None
         self.last_stats: dict[str, float] = {}
         self.last_metrics: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -92,7 +99,12 @@ class Compiler(nn.Module):
         if len(inputs) == 0:
             raise ValueError("cannot compile an empty batch")
         t0 = time.perf_counter()
-        trace, out_vids = trace_batch(self.root, self.ops, inputs, self.output_type)
+        if self.trace_cache is not None:
+            trace, out_vids = self.trace_cache.trace_batch(
+                self.root, self.ops, inputs, self.output_type
+            )
+        else:
+            trace, out_vids = trace_batch(self.root, self.ops, inputs, self.output_type)
         t1 = time.perf_counter()
         plan = schedule(trace, out_vids)
         plan.trace_seconds = t1 - t0  # type: ignore[attr-defined]

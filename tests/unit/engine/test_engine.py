@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -102,3 +103,32 @@ def test_last_stats_are_reported(rng) -> None:
     stats = model.last_stats
     assert stats["calls"] > 0 and stats["max_depth"] >= 3 and stats["nodes"] == 5 + 5 + 4 + 1
     assert stats["trace"] >= 0 and stats["schedule"] >= 0 and stats["execute"] > 0
+
+
+def test_trace_cache_gives_identical_results_and_gradients(rng) -> None:
+    block = tree_lstm_classifier(50, 8, 8, 5)
+    plain = Compiler(block)
+    cached = Compiler(block, cache_traces=True)
+    trees = [random_tree(int(n), 50, rng) for n in rng.integers(1, 30, size=12)]
+    for batch in (trees[:5], trees[3:], trees[::-1], trees[:5]):
+        a, b = plain(batch), cached(batch)
+        torch.testing.assert_close(a, b)
+        ga = torch.autograd.grad(a.square().sum(), list(plain.parameters()))
+        gb = torch.autograd.grad(b.square().sum(), list(cached.parameters()))
+        for x, y in zip(ga, gb):
+            torch.testing.assert_close(x, y)
+    assert len(cached.trace_cache) == len(trees)
+
+
+def test_trace_cache_keeps_metrics_and_input_errors(rng) -> None:
+    elem = fb.Scalar() >> fb.AllOf(fb.Identity(), fb.Metric("x")) >> fb.GetItem(0)
+    model = Compiler(fb.Map(elem) >> fb.Reduce(fb.Function(torch.add)), cache_traces=True)
+    xs = [[1.0, 2.0], [3.0], [4.0, 5.0, 6.0]]
+    model(xs)
+    out = model(xs[::-1])
+    values, inputs = model.last_metrics["x"]
+    torch.testing.assert_close(out, torch.tensor([15.0, 3.0, 3.0]))
+    torch.testing.assert_close(values, torch.tensor([4.0, 5.0, 6.0, 3.0, 1.0, 2.0]))
+    assert inputs.tolist() == [0, 0, 0, 1, 2, 2]
+    with pytest.raises(fb.InputError, match=r"at input\[1\]\[0\]"):
+        model([[1.0], ["bad"]])

@@ -1,0 +1,170 @@
+"""Per-input trace caching: trace each input once, re-batch it for free in later epochs.
+
+Tracing walks Python blocks node by node and is the slowest part of building a batch. Across
+epochs the same inputs come back in new combinations, so — as TF Fold's ``build_loom_inputs``
+did — each input's trace is kept in compact numpy form, and a batch trace is the concatenation
+of its inputs' traces with value ids shifted. Only the scheduler then runs per batch.
+
+Inputs are recognised by identity (``id`` plus an ``is`` check), so the cache is only correct
+for inputs that are not mutated after they were first seen (e.g. ``foldexp.data.trees.Tree``,
+which is immutable). It is opt-in: ``Compiler(block, cache_traces=True)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from foldexp.blocks._base import Block, InputError
+from foldexp.blocks._ops import Op
+from foldexp.compiler.trace import Trace, flatten_output
+from foldexp.types import TensorType, Type
+
+__all__ = ["TraceCache", "BatchTrace"]
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+@dataclass
+class _InputTrace:
+    """One input's trace, frozen into arrays with value ids local to the input."""
+
+    source: Any  # the input itself: identity check, and keeps its id from being reused
+    num_values: int
+    max_depth: int
+    types: list[TensorType]
+    const_vids: list[np.ndarray]
+    const_payloads: list[list[Any]]
+    ops: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]  # (op index, depth, first, args)
+    metrics: dict[str, np.ndarray]
+    out: np.ndarray
+
+
+def _freeze(x: Any, tr: Trace, out: list[int]) -> _InputTrace:
+    as_array = np.asarray
+    ops = [
+        (
+            i,
+            as_array(tr.op_depth[i], np.int64),
+            as_array(tr.op_first[i], np.int64),
+            as_array(tr.op_args[i], np.int64),
+        )
+        for i in range(len(tr.ops))
+        if tr.op_depth[i]
+    ]
+    return _InputTrace(
+        source=x,
+        num_values=tr.num_values,
+        max_depth=tr.max_depth,
+        types=list(tr.types),
+        const_vids=[as_array(v, np.int64) for v in tr.const_vids],
+        const_payloads=tr.const_payloads,
+        ops=ops,
+        metrics={k: as_array(v, np.int64) for k, (_, v) in tr.metrics.items()},
+        out=as_array(out, np.int64),
+    )
+
+
+class BatchTrace:
+    """A batch trace assembled from cached input traces; what ``schedule`` reads."""
+
+    def __init__(self, ops: Sequence[Op]) -> None:
+        self.ops = list(ops)
+        self.types: list[TensorType] = []
+        self.type_ids: dict[TensorType, int] = {}
+        self.const_vids: list[Any] = []
+        self.const_payloads: list[list[Any]] = []
+        self.op_depth: list[Any] = [_EMPTY] * len(self.ops)
+        self.op_first: list[Any] = [_EMPTY] * len(self.ops)
+        self.op_args: list[Any] = [_EMPTY] * len(self.ops)
+        self.metrics: dict[str, tuple[Any, Any]] = {}
+        self.num_values = 0
+        self.max_depth = 0
+
+    def type_id(self, ttype: TensorType) -> int:
+        tid = self.type_ids.get(ttype)
+        if tid is None:
+            tid = self.type_ids[ttype] = len(self.types)
+            self.types.append(ttype)
+            self.const_vids.append([])
+            self.const_payloads.append([])
+        return tid
+
+
+class TraceCache:
+    """Maps inputs (by identity) to their frozen traces, for one compiled block."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, _InputTrace] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def _get(
+        self, block: Block, ops: Sequence[Op], x: Any, k: int, output_type: Type
+    ) -> _InputTrace:
+        entry = self._entries.get(id(x))
+        if entry is not None and entry.source is x:
+            return entry
+        tr = Trace(ops)
+        try:
+            out = block._trace(tr, x)
+        except InputError as e:
+            e.path.insert(0, k)
+            raise
+        entry = self._entries[id(x)] = _freeze(x, tr, flatten_output(output_type, out))
+        return entry
+
+    def trace_batch(
+        self, block: Block, ops: Sequence[Op], inputs: Sequence[Any], output_type: Type
+    ) -> tuple[BatchTrace, np.ndarray]:
+        """Like ``trace_batch``, reusing and filling the cache."""
+        entries = [self._get(block, ops, x, k, output_type) for k, x in enumerate(inputs)]
+        bt = BatchTrace(ops)
+        n_ops = len(ops)
+        depth: list[list[np.ndarray]] = [[] for _ in range(n_ops)]
+        first: list[list[np.ndarray]] = [[] for _ in range(n_ops)]
+        args: list[list[np.ndarray]] = [[] for _ in range(n_ops)]
+        cvids: list[list[np.ndarray]] = []
+        metric_vids: dict[str, list[np.ndarray]] = {}
+        metric_inputs: dict[str, list[np.ndarray]] = {}
+        outs = []
+        offset = 0
+        for k, e in enumerate(entries):
+            for lt, t in enumerate(e.types):
+                gt = bt.type_id(t)
+                if gt == len(cvids):
+                    cvids.append([])
+                if len(e.const_vids[lt]):
+                    cvids[gt].append(e.const_vids[lt] + offset)
+                    bt.const_payloads[gt].extend(e.const_payloads[lt])
+            for i, d, f, a in e.ops:
+                depth[i].append(d)
+                first[i].append(f + offset)
+                args[i].append(a + offset)
+            for name, vids in e.metrics.items():
+                metric_vids.setdefault(name, []).append(vids + offset)
+                metric_inputs.setdefault(name, []).append(np.full(len(vids), k, np.int64))
+            outs.append(e.out + offset)
+            offset += e.num_values
+            bt.max_depth = max(bt.max_depth, e.max_depth)
+        bt.num_values = offset
+        cat = np.concatenate
+        bt.const_vids = [cat(v) if v else _EMPTY for v in cvids]
+        for i in range(n_ops):
+            if depth[i]:
+                bt.op_depth[i], bt.op_first[i], bt.op_args[i] = (
+                    cat(depth[i]),
+                    cat(first[i]),
+                    cat(args[i]),
+                )
+        bt.metrics = {n: (cat(metric_inputs[n]), cat(v)) for n, v in metric_vids.items()}
+        width = len(entries[0].out) if entries else 0
+        out_vids = np.stack(outs) if width else np.zeros((len(inputs), 0), np.int64)
+        return bt, out_vids
