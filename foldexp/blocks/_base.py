@@ -71,17 +71,28 @@ class Pending(Exception):
         self.decl = decl
 
 
-# How many recursive cases type inference has skipped so far (``OneOf`` skips a case whose type
-# is ``Pending`` and goes on with the type of its other cases). A block whose inference saw the
-# count change got a provisional type, computed before the recursion's type was known: it is not
-# fixed, so that the ``ForwardDeclaration``'s second pass re-infers it.
+# How many recursive cases type inference has skipped and not yet checked (``OneOf`` skips a
+# case whose type is ``Pending`` and goes on with the type of its other cases). A block whose
+# inference saw the count change got a provisional type, computed before the recursion's type
+# was known: it is not fixed, so that the ``ForwardDeclaration``'s second pass re-infers it. That
+# pass checks the skipped cases and takes them off the count (``settle_skipped_cases``).
 _skipped = [0]
 
 
 def note_skipped_case(pending: Pending) -> None:
     """Records that a recursive case was skipped for now (called by ``OneOf``)."""
     _skipped[0] += 1
-    pending.decl._skipped = True
+    pending.decl._skipped += 1
+
+
+def skipped_cases() -> int:
+    """How many skipped recursive cases are not yet checked."""
+    return _skipped[0]
+
+
+def settle_skipped_cases(n: int) -> None:
+    """Takes ``n`` skipped cases, now checked, off the count (called by ``ForwardDeclaration``)."""
+    _skipped[0] -= n
 
 
 class Wire:

@@ -186,9 +186,11 @@ class Composition(Block):
             return t
         if isinstance(t, TupleType):
             try:
-                return t.items[w.index]
+                item = t.items[w.index]
             except (IndexError, TypeError):
                 pass
+            else:
+                return TupleType(*item) if isinstance(w.index, slice) else item
         raise TypeError(
             f"{self!r}: {w!r} reads item {w.index!r} of {w.block!r}, which outputs {t!r}"
         )
@@ -250,7 +252,7 @@ class Composition(Block):
             elif kind == _ITEM:
                 v = self._item(block, vals[a], b, a == 0)
             elif kind == _TUPLE:
-                v = tuple([vals[j] if i is None else vals[j][i] for j, i in a])
+                v = self._tuple(block, vals, a)
             else:
                 v = None
             try:
@@ -265,8 +267,16 @@ class Composition(Block):
         if kind == _ITEM:
             return self._item(self.output, vals[a], b, a == 0)
         if kind == _TUPLE:
-            return tuple([vals[j] if i is None else vals[j][i] for j, i in a])
+            return self._tuple(self.output, vals, a)
         return None
+
+    def _tuple(self, reader: Block, vals: list[Any], wires: tuple[tuple[int, Any], ...]) -> Any:
+        try:
+            return tuple([vals[j] if i is None else vals[j][i] for j, i in wires])
+        except (IndexError, KeyError, TypeError):  # again, one by one, to name what was missing
+            return tuple(
+                [vals[j] if i is None else self._item(reader, vals[j], i, j == 0) for j, i in wires]
+            )
 
     def _item(self, reader: Block, value: Any, index: Any, from_input: bool) -> Any:
         try:

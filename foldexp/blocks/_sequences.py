@@ -187,6 +187,7 @@ class RNN(Block):
 
             initial_state = Zeros(initial_state)
         self.initial_state: Block | None = initial_state
+        self._initial_given = initial_state is not None
 
     def _infer(self, input_type: Type) -> Type:
         if self.initial_state_from_input:
@@ -247,7 +248,7 @@ class RNN(Block):
         args = repr(self.cell)
         if self.initial_state_from_input:
             args += ", initial_state_from_input=True"
-        elif self.initial_state is not None:
+        elif self._initial_given:
             args += f", initial_state={self.initial_state!r}"
         return args
 

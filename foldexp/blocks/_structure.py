@@ -18,6 +18,8 @@ from foldexp.blocks._base import (
     Wire,
     convert_to_block,
     note_skipped_case,
+    settle_skipped_cases,
+    skipped_cases,
 )
 from foldexp.types import (
     BroadcastSequenceType,
@@ -330,7 +332,7 @@ class ForwardDeclaration:
         self.name = name
         self.block: Block | None = None
         self._inferring = False
-        self._skipped = False  # set by ``OneOf`` when it skips a case that uses this declaration
+        self._skipped = 0  # counted by ``OneOf`` when it skips a case that uses this declaration
 
     def __call__(self) -> _ForwardRef:
         return _ForwardRef(self)
@@ -351,7 +353,8 @@ class ForwardDeclaration:
         if self._inferring:
             raise Pending(self)
         self._inferring = True
-        self._skipped = False
+        self._skipped = 0
+        declared, mark = self.output_type, skipped_cases()
         try:
             try:
                 out = self.block.infer(input_type)
@@ -365,8 +368,15 @@ class ForwardDeclaration:
             if self._skipped:
                 # First pass: the recursive cases were skipped and ``out`` comes from the others.
                 # Second pass: with that type known, every case is inferred and checked.
+                skipped = self._skipped
                 self.output_type = out
                 out = self.block.infer(input_type)
+                settle_skipped_cases(skipped)
+        except Exception:
+            # Nothing inferred here is kept: forget the provisional type and the skipped cases.
+            self.output_type = declared
+            settle_skipped_cases(skipped_cases() - mark)
+            raise
         finally:
             self._inferring = False
         if self.output_type is not None and out != self.output_type:

@@ -2,16 +2,26 @@
 
 They are what ``Function`` wraps inside tree and sequence models: ``TreeLSTMLeaf`` and
 ``BinaryTreeLSTMCell`` (the binary N-ary Tree-LSTM of Tai et al. 2015, one fused matmul for all
-gates), ``ChildSumTreeLSTMCell``, and ``LSTMCell`` / ``GRUCell`` taking ``(state, input)`` pairs
-as ``Fold`` passes them.
+gates), ``TreeLSTMCell`` (the same cell with an input vector too, as the Fold paper's §3.5 writes
+it: ``TreeLSTM(x, h_left, h_right)``), ``ChildSumTreeLSTMCell``, and ``LSTMCell`` / ``GRUCell``
+taking ``(state, input)`` pairs as ``Fold`` passes them.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
-__all__ = ["TreeLSTMLeaf", "BinaryTreeLSTMCell", "ChildSumTreeLSTMCell", "LSTMCell", "GRUCell"]
+__all__ = [
+    "TreeLSTMLeaf",
+    "BinaryTreeLSTMCell",
+    "TreeLSTMCell",
+    "ChildSumTreeLSTMCell",
+    "LSTMCell",
+    "GRUCell",
+]
 
 State = tuple[torch.Tensor, torch.Tensor]  # (h, c), each (batch, hidden)
 
@@ -43,6 +53,57 @@ class BinaryTreeLSTMCell(nn.Module):
     def forward(self, left: State, right: State) -> State:
         (hl, cl), (hr, cr) = left, right
         i, fl, fr, o, u = self.gates(torch.cat([hl, hr], dim=1)).chunk(5, dim=1)
+        c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
+        h = torch.sigmoid(o) * torch.tanh(c)
+        return h, c
+
+
+class TreeLSTMCell(nn.Module):
+    """Binary N-ary Tree-LSTM with an input: ``forward(x, (left, right)) → (h, c)``.
+
+    Tai et al. (2015) eqs. 9–14 with N = 2: leaves pass their word vector and zero child states,
+    internal nodes a zero vector and their children's states (the Fold paper's §3.5). All five
+    gates come from one matmul over ``[x; h_left; h_right]``. The input size is taken from the
+    block type the cell meets in ``Function`` unless given.
+    """
+
+    def __init__(self, hidden_size: int, input_size: int | None = None) -> None:
+        super().__init__()
+        self.hidden_size, self.input_size = hidden_size, input_size
+        self.gates: nn.Linear | None = None
+        if input_size is not None:
+            self.gates = nn.Linear(input_size + 2 * hidden_size, 5 * hidden_size)
+
+    def build_for_input_type(self, input_type: Any, block: Any = None) -> None:
+        """Sizes the gates from ``TupleType(TensorType(input), ((h, c), (h, c)))``."""
+        from foldexp.types import TensorType, TupleType
+
+        n = self.hidden_size
+        state = TupleType(TensorType(n), TensorType(n))
+        ok = (
+            isinstance(input_type, TupleType)
+            and len(input_type) == 2
+            and isinstance(input_type[0], TensorType)
+            and input_type[0].ndim == 1
+            and input_type[1] == TupleType(state, state)
+        )
+        if not ok:
+            raise TypeError(
+                f"{block or self!r} expects (input vector, ((h, c), (h, c))) with h and c of "
+                f"size {n}, got {input_type!r}"
+            )
+        size = input_type[0].shape[0]
+        if self.gates is None:
+            self.input_size = size
+            self.gates = nn.Linear(size + 2 * n, 5 * n)
+        elif size != self.input_size:
+            raise TypeError(f"{block or self!r} was built for inputs of size {self.input_size}")
+
+    def forward(self, x: torch.Tensor, children: tuple[State, State]) -> State:
+        if self.gates is None:
+            raise RuntimeError(f"{self!r} is used before its input size is known")
+        (hl, cl), (hr, cr) = children
+        i, fl, fr, o, u = self.gates(torch.cat([x, hl, hr], dim=1)).chunk(5, dim=1)
         c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
         h = torch.sigmoid(o) * torch.tanh(c)
         return h, c
