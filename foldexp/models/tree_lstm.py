@@ -151,7 +151,8 @@ class TreeLSTMClassifier(nn.Module):
             >> fb.GetItem(0)
         )
         tree.resolve_to(node)
-        self.compiler = Compiler(tree() >> fb.GetItem(0))
+        # Trees are immutable and recur every epoch: trace each once, re-batch it afterwards.
+        self.compiler = Compiler(tree() >> fb.GetItem(0), cache_traces=True)
         self.dropout = nn.Dropout(dropout)
         self.classify = nn.Linear(hidden_size, num_classes)
 
