@@ -78,8 +78,12 @@ class Trace:
         rec = self._records.get(op)
         if rec is None:
             i = self.op_index[op]
-            rec = self._records[op] = (self.op_depth[i], self.op_first[i], self.op_args[i],
-                                       op.n_out)
+            rec = self._records[op] = (
+                self.op_depth[i],
+                self.op_first[i],
+                self.op_args[i],
+                op.n_out,
+            )
         depths, firsts, flat_args, n = rec
         vd = self.val_depth
         d = (vd[args[0]] if len(args) == 1 else max(map(vd.__getitem__, args))) + 1
