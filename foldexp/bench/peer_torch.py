@@ -1,0 +1,304 @@
+"""The PyTorch-based peers of ``bench=peers``: one binary Tree-LSTM, five ways of batching it.
+
+Every implementation computes the same thing on the same trees -- leaf ``(h, c)`` from the
+word's embedding, internal nodes by ``BinaryTreeLSTMCell``, logits from the root's ``h``, mean
+cross-entropy, backward -- with the same modules, so only the batching differs:
+
+- ``engine``: foldexp (``Compiler.build`` traces and schedules, ``run`` executes);
+- ``loop``: plain PyTorch, each tree evaluated node by node (no batching at all);
+- ``level``: hand-written level-by-level batching: number the nodes of the whole batch by
+  height, then one cell call per height, children gathered from the levels below;
+- ``torchfold``: torchfold 0.1.0 (``Fold.add`` per node, ``Fold.apply``), with a shim for the
+  ``torch.tensor._TensorBase`` name it reads, which modern torch no longer has;
+- ``dgl``: DGL's ``prop_nodes`` over each frontier above the leaves (as ``prop_nodes_topo``
+  does, minus the leaf frontier, whose states are computed before propagation), graph build
+  included. DGL 2.1 ships no graphbolt library for recent torch; graphbolt (sampling pipelines,
+  unused here) is replaced by an empty stand-in module before ``import dgl``.
+
+``setup(name, params, trees, labels)`` returns ``(step, meta)``: ``step()`` runs one batch and
+returns extra numbers to record. Raises ``Unavailable`` when a library cannot be imported.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf
+
+__all__ = ["Unavailable", "TreeLSTMParams", "setup", "IMPLS"]
+
+
+class Unavailable(Exception):
+    """The peer's library is not installed or cannot be imported here."""
+
+
+class TreeLSTMParams(nn.Module):
+    """The shared model: embedding, leaf cell, binary cell, classifier."""
+
+    def __init__(self, vocab: int, embed: int, hidden: int, classes: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embed)
+        self.leaf = TreeLSTMLeaf(embed, hidden)
+        self.cell = BinaryTreeLSTMCell(hidden)
+        self.out = nn.Linear(hidden, classes)
+
+    def word(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.leaf(self.embed(ids))
+
+
+Step = Callable[[], dict[str, Any]]
+
+
+def _engine(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
+    import foldexp
+    import foldexp.blocks as fb
+    from foldexp import Compiler
+
+    tree = fb.ForwardDeclaration(name="tree")
+    leaf = fb.GetItem(0) >> fb.Scalar("int64") >> fb.Function(m.embed) >> fb.Function(m.leaf)
+    pair = fb.AllOf(fb.GetItem(0) >> tree(), fb.GetItem(1) >> tree()) >> fb.Function(m.cell)
+    tree.resolve_to(fb.OneOf(key_fn=len, case_blocks=[(1, leaf), (2, pair)]))
+    model = Compiler(tree() >> fb.GetItem(0) >> fb.Function(m.out))
+
+    def step() -> dict[str, Any]:
+        plan = model.build(trees)
+        loss = F.cross_entropy(model.run(plan), labels)
+        loss.backward()
+        s = model.last_stats
+        return {"build_s": s["trace"] + s["schedule"], "calls": s["calls"], "loss": loss.item()}
+
+    return step, {"version": f"foldexp {foldexp.__version__}"}
+
+
+def _loop(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
+    def state(node: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if len(node) == 1:
+            return m.word(torch.tensor([node[0]]))
+        return m.cell(state(node[0]), state(node[1]))
+
+    def step() -> dict[str, Any]:
+        logits = m.out(torch.cat([state(t)[0] for t in trees]))
+        loss = F.cross_entropy(logits, labels)
+        loss.backward()
+        return {"loss": loss.item()}
+
+    return step, {"version": f"torch {torch.__version__}"}
+
+
+def _level(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
+    def step() -> dict[str, Any]:
+        # Number every node of the batch by height: leaves first, then height 1, 2, ...
+        words: list[int] = []
+        by_height: list[list[tuple[int, int]]] = []  # per height >= 1: (left, right) node ids
+        pending: list[tuple[Any, int]] = []  # (node, height) in post-order, children first
+        roots = []
+        for t in trees:
+            stack: list[tuple[Any, bool]] = [(t, False)]
+            while stack:
+                node, done = stack.pop()
+                if len(node) == 1 or done:
+                    pending.append((node, 0))
+                else:
+                    stack += [(node, True), (node[1], False), (node[0], False)]
+            roots.append(t)
+        height: dict[int, int] = {}
+        kids: list[list[Any]] = []
+        for node, _ in pending:
+            if len(node) == 1:
+                height[id(node)] = 0
+            else:
+                h = 1 + max(height[id(node[0])], height[id(node[1])])
+                height[id(node)] = h
+                while len(kids) < h:
+                    kids.append([])
+                kids[h - 1].append(node)
+        number: dict[int, int] = {}
+        for node, _ in pending:
+            if len(node) == 1:
+                number[id(node)] = len(words)
+                words.append(node[0])
+        for level in kids:
+            by_height.append([(number[id(n[0])], number[id(n[1])]) for n in level])
+            for n in level:
+                number[id(n)] = len(number)
+        # The math: one leaf call, then one cell call per height.
+        h, c = m.word(torch.tensor(words))
+        hs, cs = [h], [c]
+        for pairs in by_height:
+            idx = torch.tensor(pairs).T.reshape(-1)
+            h_all, c_all = torch.cat(hs), torch.cat(cs)
+            hl, hr = h_all[idx].chunk(2)
+            cl, cr = c_all[idx].chunk(2)
+            h, c = m.cell((hl, cl), (hr, cr))
+            hs.append(h)
+            cs.append(c)
+        h_all = torch.cat(hs)
+        root_rows = torch.tensor([number[id(t)] for t in roots])
+        loss = F.cross_entropy(m.out(h_all[root_rows]), labels)
+        loss.backward()
+        return {"calls": 1 + len(by_height), "loss": loss.item()}
+
+    return step, {"version": f"torch {torch.__version__}"}
+
+
+def _torchfold(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
+    try:
+        import torchfold
+        import torchfold.torchfold as tf_impl
+    except ImportError as e:
+        raise Unavailable(f"torchfold is not installed ({e}); pip install torchfold") from None
+
+    class _TorchShim(types.ModuleType):
+        def __getattr__(self, name: str) -> Any:
+            return getattr(torch, name)
+
+    shim = _TorchShim("torch")
+    shim.tensor = types.SimpleNamespace(_TensorBase=torch.Tensor)  # type: ignore[attr-defined]
+    tf_impl.torch = shim  # torchfold reads torch.tensor._TensorBase, gone from modern torch
+
+    class Ops(nn.Module):  # torchfold calls ops by name on a module, with batched arguments
+        def leaf(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return m.word(ids)
+
+        def node(self, hl: torch.Tensor, cl: torch.Tensor, hr: torch.Tensor, cr: torch.Tensor):
+            return m.cell((hl, cl), (hr, cr))
+
+    ops = Ops()
+
+    def encode(fold: Any, node: Any) -> Any:
+        if len(node) == 1:
+            return fold.add("leaf", node[0]).split(2)
+        (hl, cl), (hr, cr) = encode(fold, node[0]), encode(fold, node[1])
+        return fold.add("node", hl, cl, hr, cr).split(2)
+
+    def step() -> dict[str, Any]:
+        fold = torchfold.Fold()
+        roots = [encode(fold, t)[0] for t in trees]
+        (h,) = fold.apply(ops, [roots])
+        loss = F.cross_entropy(m.out(h), labels)
+        loss.backward()
+        return {"loss": loss.item()}
+
+    return step, {"version": "torchfold 0.1.0"}
+
+
+def _import_dgl() -> Any:
+    try:
+        import dgl  # noqa: F401
+    except FileNotFoundError:  # no graphbolt library for this torch: stand in an empty module
+        for name in [n for n in sys.modules if n == "dgl" or n.startswith("dgl.")]:
+            del sys.modules[name]
+        stub = types.ModuleType("dgl.graphbolt")
+        stub.__path__ = []  # type: ignore[attr-defined]
+        stub.__file__ = "<graphbolt stand-in>"
+
+        class _Any:
+            def __init__(self, *a: Any, **k: Any) -> None:
+                pass
+
+            def __call__(self, *a: Any, **k: Any) -> Any:
+                return _Any()
+
+            def __getattr__(self, name: str) -> Any:
+                if name.startswith("__"):
+                    raise AttributeError(name)
+                return _Any()
+
+            def __mro_entries__(self, bases: Any) -> tuple:
+                return (object,)
+
+        def attr(name: str) -> Any:
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return _Any()
+
+        stub.__getattr__ = attr  # type: ignore[method-assign]
+        sys.modules["dgl.graphbolt"] = stub
+    except ImportError as e:
+        raise Unavailable(
+            f"dgl is missing or incomplete ({e}); see the README for its install"
+        ) from None
+    try:
+        import dgl
+    except Exception as e:  # an import that still fails is a skip, never a bench failure
+        raise Unavailable(f"dgl cannot be imported with torch {torch.__version__}: {e}") from None
+    return dgl
+
+
+def _dgl(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
+    import warnings
+
+    warnings.filterwarnings("ignore")  # DGL warns about its missing torch adapter on import
+    dgl = _import_dgl()
+
+    def reduce(nodes: Any) -> dict[str, torch.Tensor]:
+        h, c = nodes.mailbox["h"], nodes.mailbox["c"]  # (n, 2, hidden): left, right by edge id
+        return dict(zip(("h", "c"), m.cell((h[:, 0], c[:, 0]), (h[:, 1], c[:, 1]))))
+
+    def message(edges: Any) -> dict[str, torch.Tensor]:
+        return {"h": edges.src["h"], "c": edges.src["c"]}
+
+    def step() -> dict[str, Any]:
+        src: list[int] = []
+        dst: list[int] = []
+        words: list[int] = []
+        is_leaf: list[bool] = []
+        roots: list[int] = []
+        for t in trees:
+            stack: list[tuple[Any, int]] = [(t, -1)]
+            while stack:
+                node, parent = stack.pop()
+                me = len(words)
+                words.append(node[0] if len(node) == 1 else 0)
+                is_leaf.append(len(node) == 1)
+                if parent < 0:
+                    roots.append(me)
+                else:
+                    src.append(me)
+                    dst.append(parent)
+                if len(node) == 2:
+                    stack += [(node[1], me), (node[0], me)]
+        # Edges sorted so each parent's left child comes first in its mailbox.
+        order = sorted(range(len(src)), key=lambda e: (dst[e], src[e]))
+        g = dgl.graph(([src[e] for e in order], [dst[e] for e in order]), num_nodes=len(words))
+        leaf_ids = torch.tensor(is_leaf).nonzero().squeeze(1)
+        hl, cl = m.word(torch.tensor(words)[leaf_ids])
+        n, hidden = len(words), hl.shape[1]
+        g.ndata["h"] = torch.zeros(n, hidden).index_copy(0, leaf_ids, hl)
+        g.ndata["c"] = torch.zeros(n, hidden).index_copy(0, leaf_ids, cl)
+        frontiers = list(dgl.topological_nodes_generator(g))[1:]
+        dgl.prop_nodes(g, frontiers, message, reduce, None)
+        loss = F.cross_entropy(m.out(g.ndata["h"][torch.tensor(roots)]), labels)
+        loss.backward()
+        return {"calls": len(frontiers) + 1, "loss": loss.item()}
+
+    return step, {"version": f"dgl {dgl.__version__}"}
+
+
+IMPLS = {
+    "engine": _engine,
+    "loop": _loop,
+    "level": _level,
+    "torchfold": _torchfold,
+    "dgl": _dgl,
+}
+
+
+def setup(name: str, params: dict[str, Any], trees: list, labels: list[int]) -> tuple[Step, dict]:
+    """Builds the model and returns ``(step, meta)`` for implementation ``name``."""
+    torch.manual_seed(params.get("seed", 0))
+    m = TreeLSTMParams(params["vocab"], params["embed"], params["hidden"], params["classes"])
+    step, meta = IMPLS[name](m, trees, torch.tensor(labels))
+
+    def zeroed_step() -> dict[str, Any]:
+        m.zero_grad(set_to_none=True)
+        return step()
+
+    return zeroed_step, meta

@@ -1,0 +1,140 @@
+"""The bench app's config schema: dataclasses registered in Hydra's ConfigStore.
+
+``foldexp/conf/bench.yaml`` starts from ``bench_app_schema`` and every preset under
+``foldexp/conf/bench/`` from ``bench/bench_schema``, so a misspelt key, a wrong type or an
+unknown experiment fails when Hydra composes the config, before anything is timed. The device
+and paths groups are the training app's (``foldexp.config``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from hydra.core.config_store import ConfigStore
+
+from foldexp.config import DeviceConfig, PathsConfig, register_configs
+
+__all__ = [
+    "Experiment",
+    "Mode",
+    "ManualMode",
+    "ScalingConfig",
+    "PeersConfig",
+    "DynetTasksConfig",
+    "BenchConfig",
+    "BenchAppConfig",
+    "register_bench_configs",
+]
+
+
+class Experiment(str, Enum):
+    table1 = "table1"
+    scaling = "scaling"
+    peers = "peers"
+    dynet_tasks = "dynet_tasks"
+
+
+class Mode(str, Enum):
+    inference = "inference"
+    training = "training"
+
+
+class ManualMode(str, Enum):
+    level = "level"
+    node = "node"
+
+
+@dataclass
+class ScalingConfig:
+    leaves: list[int] = field(default_factory=lambda: [16, 32, 64, 128, 256, 512, 1024])
+    shapes: list[str] = field(default_factory=lambda: ["balanced", "random", "chain"])
+    batch_size: int = 32
+    state_size: int = 128
+    modes: list[Mode] = field(default_factory=lambda: [Mode.inference])
+
+
+@dataclass
+class PeersConfig:
+    implementations: list[str] = field(
+        default_factory=lambda: [
+            "engine",
+            "loop",
+            "level",
+            "dynet",
+            "dynet_ab1",
+            "dynet_ab2",
+            "torchfold",
+            "dgl",
+        ]
+    )
+    trees: int = 256
+    leaves: int = 64
+    hidden: int = 128
+    embed: int = 128
+    vocab: int = 1000
+    classes: int = 5
+    loop_trees: int = 64
+    warmup: int = 1
+    repeats: int = 5
+    timeout_s: float = 600.0
+    dynet_mem: int = 1536
+    python: str = ""
+
+
+@dataclass
+class DynetTasksConfig:
+    tasks: list[str] = field(default_factory=lambda: ["rnnlm", "tagger", "treelstm"])
+    rnnlm_batch_sizes: list[int] = field(default_factory=lambda: [1, 4, 16, 64])
+    tagger_batch_sizes: list[int] = field(default_factory=lambda: [1, 32])
+    treelstm_batch_sizes: list[int] = field(default_factory=lambda: [1, 25])
+    sentences: int = 64
+    threads: int = 1
+
+
+@dataclass
+class BenchConfig:
+    name: str = "quick"
+    experiments: list[Experiment] = field(default_factory=lambda: [Experiment.table1])
+    warmup: int = 1
+    repeats: int = 3
+    min_repeats: int = 1
+    budget_s: float = 20.0
+    boost_below: int = 32
+    progress: bool = True
+    plots: bool = True
+    state_size: int = 256
+    leaves: int = 128
+    vocab_size: int = 128
+    batch_sizes: list[int] = field(default_factory=lambda: [256, 64, 16, 1])
+    train_batch_sizes: list[int] = field(default_factory=list)
+    modes: list[Mode] = field(default_factory=lambda: [Mode.inference, Mode.training])
+    manual: ManualMode = ManualMode.level
+    warmup_trees: int = 64
+    scaling: ScalingConfig = field(default_factory=ScalingConfig)
+    peers: PeersConfig = field(default_factory=PeersConfig)
+    dynet_tasks: DynetTasksConfig = field(default_factory=DynetTasksConfig)
+
+
+@dataclass
+class BenchAppConfig:
+    seed: int = 0
+    task_name: str = "bench"
+    bench: BenchConfig = field(default_factory=BenchConfig)
+    device: DeviceConfig = field(default_factory=DeviceConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+
+
+_registered = False
+
+
+def register_bench_configs() -> None:
+    """Registers the bench schemas (and the shared device/paths ones); idempotent."""
+    global _registered
+    if _registered:
+        return
+    register_configs()
+    cs = ConfigStore.instance()
+    cs.store(name="bench_app_schema", node=BenchAppConfig)
+    cs.store(group="bench", name="bench_schema", node=BenchConfig)
+    _registered = True
