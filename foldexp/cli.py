@@ -54,12 +54,28 @@ def _report(argv: list[str]) -> int:
     from foldexp.train.report import run_report
 
     ap = argparse.ArgumentParser(prog="foldexp report", description=COMMANDS["report"])
-    ap.add_argument("dirs", nargs="+", help="run or sweep folders holding results.json files")
+    ap.add_argument(
+        "dirs",
+        nargs="+",
+        help="run or sweep folders holding results.json files, or bench run folders "
+        "(holding bench.csv: their plots are redrawn)",
+    )
     ap.add_argument("--metric", default="test_accuracy", help="column to sort and plot by")
     ap.add_argument("--ascending", action="store_true", help="smaller is better (e.g. RMSE)")
     ap.add_argument("--out", default=None, help="where to write (default: the first folder)")
     a = ap.parse_args(argv)
-    run_report(a.dirs, a.metric, a.out, a.ascending)
+    from pathlib import Path
+
+    from foldexp.bench import CSV_NAME
+    from foldexp.bench.plots import redraw
+
+    bench_dirs = [d for d in a.dirs if (Path(d) / CSV_NAME).exists()]
+    for d in bench_dirs:  # a bench run: redraw its plots from its CSV, without re-running
+        for path in redraw(d):
+            print(f"redrew {path}")
+    train_dirs = [d for d in a.dirs if d not in bench_dirs]
+    if train_dirs:
+        run_report(train_dirs, a.metric, a.out, a.ascending)
     return 0
 
 

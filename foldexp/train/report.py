@@ -92,14 +92,13 @@ def run_report(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 0.4 * len(summary) + 1.5))
+    fig, ax = plt.subplots(figsize=(6, 0.4 * len(summary) + 1.5), layout="constrained")
     labels = [
         " ".join(str(v) for v in r if str(v)) or "(defaults)"
         for r in summary[group].itertuples(index=False)
     ]
     ax.barh(labels, summary["mean"], xerr=summary["std"].fillna(0), color="tab:blue", alpha=0.8)
     ax.set_xlabel(f"{metric} (mean ± std over seeds)")
-    fig.tight_layout()
     atomic_write(out / "report.png", lambda tmp: fig.savefig(tmp, format="png", dpi=100))
     plt.close(fig)
     print(summary.to_markdown(index=False, floatfmt=".4f"))

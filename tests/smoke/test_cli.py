@@ -78,3 +78,27 @@ def test_python_dash_m(tmp_path: Path) -> None:
         timeout=60,
     )
     assert proc.returncode == 0 and "commands:" in proc.stdout
+
+
+def test_bench_toy_run_then_report_redraws_plots(tmp_path: Path) -> None:
+    run = tmp_path / "bench"
+    toy = [
+        "bench.state_size=8",
+        "bench.leaves=6",
+        "bench.vocab_size=6",
+        "bench.batch_sizes=[4,1]",
+        "bench.train_batch_sizes=[2,1]",
+        "bench.repeats=2",
+        "bench.warmup_trees=2",
+        "bench.boost_below=0",
+        "bench.progress=false",
+        "device.threads=1",
+        "bench.experiments=[table1]",
+    ]
+    _run(["bench", *toy, f"hydra.run.dir={run}"], tmp_path)
+    pngs = sorted(run.glob("*.png"))
+    assert (run / "bench.csv").exists() and (run / "bench.md").exists() and pngs
+    for p in pngs:
+        p.unlink()
+    out = _run(["report", str(run)], tmp_path).stdout
+    assert "redrew" in out and sorted(run.glob("*.png")) == pngs
