@@ -71,6 +71,10 @@ class TrainerConfig:
     grad_clip: float = 0.0
     progress: bool = True
     plots: bool = True
+    strategy: str = "single"  # single | ddp (checked by run_train before any work)
+    processes: int = 1
+    balance: str = "nodes"  # nodes | examples
+    find_unused_parameters: bool = True
 
 
 @dataclass
@@ -145,4 +149,110 @@ def register_configs() -> None:
     cs.store(group="dataset", name="calculator_schema", node=CalculatorDataConfig)
     cs.store(group="dataset", name="sst_schema", node=SSTDataConfig)
     cs.store(group="model", name="tree_lstm_schema", node=TreeLSTMModelConfig)
+    cs.store(group="dataset", name="sst_sentences_schema", node=SSTSentencesDataConfig)
+    cs.store(group="dataset", name="molecules_schema", node=MoleculeDataConfig)
+    cs.store(group="dataset", name="marked_sequences_schema", node=MarkedSequencesDataConfig)
+    cs.store(group="model", name="seq_lstm_schema", node=SequenceLSTMModelConfig)
+    cs.store(group="model", name="weave_schema", node=WeaveModelConfig)
+    cs.store(group="model", name="ff_attention_schema", node=AttentionModelConfig)
     _registered = True
+
+
+# ---------------------------------------------------------------------- sequence LSTM, weave and
+# feed-forward attention experiments (registered in register_configs above)
+
+
+class MoleculeSet(str, Enum):
+    esol = "esol"
+    freesolv = "freesolv"
+
+
+class MoleculeSplit(str, Enum):
+    random = "random"
+    scaffold = "scaffold"
+
+
+class MarkedProblem(str, Enum):
+    addition = "addition"
+    multiplication = "multiplication"
+
+
+class Pooling(str, Enum):
+    sum = "sum"
+    mean = "mean"
+
+
+class AttentionScore(str, Enum):
+    tanh = "tanh"
+    linear = "linear"
+
+
+@dataclass
+class SSTSentencesDataConfig:
+    _target_: str = "foldexp.train.datasets.sst_sentences"
+    name: str = "sst_sentences"
+    data_dir: str = "${paths.data_dir}"
+    view: SSTView = SSTView.fine
+    lowercase: bool = False
+    min_count: int = 1
+    word_vectors: str | None = None
+    limit: int = 0
+
+
+@dataclass
+class MoleculeDataConfig:
+    _target_: str = "foldexp.train.datasets.molecules"
+    name: str = "esol"
+    source: MoleculeSet = MoleculeSet.esol
+    data_dir: str = "${paths.data_dir}"
+    cache_dir: str | None = "${paths.cache_dir}"
+    split: MoleculeSplit = MoleculeSplit.random
+    fractions: list[float] = field(default_factory=lambda: [0.8, 0.1, 0.1])
+    seed: int = 0
+    limit: int = 0
+
+
+@dataclass
+class MarkedSequencesDataConfig:
+    _target_: str = "foldexp.train.datasets.marked_sequences"
+    name: str = "addition"
+    problem: MarkedProblem = MarkedProblem.addition
+    n_train: int = 10000
+    n_dev: int = 1000
+    n_test: int = 1000
+    min_len: int = 50
+    max_len: int = 100
+    seed: int = 0
+
+
+@dataclass
+class SequenceLSTMModelConfig:
+    _target_: str = "foldexp.models.sequence.SequenceLSTMClassifier"
+    name: str = "seq_lstm"
+    embed_size: int = 64
+    hidden_size: int = 64
+    dropout: float = 0.0
+    freeze_embeddings: bool = False
+
+
+@dataclass
+class WeaveModelConfig:
+    _target_: str = "foldexp.models.weave.WeaveRegressor"
+    name: str = "weave"
+    layers: int = 2
+    atom_size: int = 50
+    pair_size: int = 50
+    graph_size: int = 128
+    mlp_size: int = 128
+    pool: Pooling = Pooling.sum
+    dropout: float = 0.0
+
+
+@dataclass
+class AttentionModelConfig:
+    _target_: str = "foldexp.models.attention.AttentionRegressor"
+    name: str = "ff_attention"
+    hidden_size: int = 100
+    score: AttentionScore = AttentionScore.tanh
+    dropout: float = 0.0
+    tolerance: float = 0.04

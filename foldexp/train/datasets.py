@@ -15,7 +15,7 @@ from foldexp.data.calculator import OPERATORS, calculator_splits
 from foldexp.data.sst import SST_CLASSES, load_sst
 from foldexp.data.vocab import Vocabulary
 
-__all__ = ["DataBundle", "calculator", "sst"]
+__all__ = ["DataBundle", "calculator", "sst", "sst_sentences", "molecules", "marked_sequences"]
 
 log = logging.getLogger(__name__)
 
@@ -93,3 +93,136 @@ def sst(
             "embeddings": embeddings,
         },
     )
+
+
+# ---------------------------------------------------------------------- sentences, molecules,
+# marked sequences (the sequence LSTM, weave and attention experiments)
+
+
+def sst_sentences(
+    data_dir: str,
+    view: str = "fine",
+    lowercase: bool = False,
+    min_count: int = 1,
+    word_vectors: str | None = None,
+    limit: int = 0,
+    name: str = "sst_sentences",
+    **_: Any,
+) -> DataBundle:
+    """SST sentences as ``(tokens, root_label)`` pairs, in the fine or binary view.
+
+    The binary view drops neutral-root sentences, as for the trees. Only root labels are kept:
+    a sequence model sees the sentence, not its phrases.
+    """
+    from foldexp.data import sequences
+
+    view = str(getattr(view, "value", view))
+    splits = [load_sst(s, data_dir, view=view, labels="root") for s in ("train", "dev", "test")]
+    if limit:
+        splits = [s[:limit] for s in splits]
+    sentences = [sequences.sst_sentences(trees) for trees in splits]
+    vocab = Vocabulary.from_tokens(
+        (w for words, _ in sentences[0] for w in words), lowercase=lowercase, min_count=min_count
+    )
+    embeddings = None
+    if word_vectors:
+        from foldexp.data.wordvec import align_word_vectors
+
+        aligned = align_word_vectors(word_vectors, vocab)
+        log.info(
+            "word vectors %s: %d x %d, coverage %.1f%% of train tokens",
+            word_vectors,
+            *aligned.matrix.shape,
+            100 * aligned.coverage,
+        )
+        embeddings = aligned.matrix
+    return DataBundle(
+        *sentences,
+        {"vocab": vocab, "num_classes": SST_CLASSES[view], "embeddings": embeddings},
+    )
+
+
+def molecules(
+    source: str,
+    data_dir: str,
+    cache_dir: str | None = None,
+    split: str = "random",
+    fractions: tuple[float, float, float] | list[float] = (0.8, 0.1, 0.1),
+    seed: int = 0,
+    limit: int = 0,
+    name: str = "molecules",
+    **_: Any,
+) -> DataBundle:
+    """A MoleculeNet regression set (``esol`` | ``freesolv``) featurised into graphs and split.
+
+    ``split=random`` shuffles with ``seed``; ``split=scaffold`` groups molecules by Bemis-Murcko
+    scaffold (deterministic, ``seed`` unused). ``bundle.info`` carries the feature sizes and the
+    mean and standard deviation of each target over the training split (labelled entries only),
+    which the model standardises with.
+    """
+    import numpy as np
+
+    from foldexp.data.molecules import load_esol, load_freesolv
+    from foldexp.data.splits import random_split, scaffold_split, take
+
+    source, split = str(getattr(source, "value", source)), str(getattr(split, "value", split))
+    loaders = {"esol": load_esol, "freesolv": load_freesolv}
+    if source not in loaders:
+        raise ValueError(f"unknown molecule set {source!r}; expected one of {sorted(loaders)}")
+    dataset = loaders[source](data_dir, cache_dir=cache_dir, progress=False)
+    graphs = list(dataset)[:limit] if limit else list(dataset)
+    fractions = tuple(float(f) for f in fractions)
+    if split == "random":
+        parts = random_split(len(graphs), fractions, seed=seed)
+    elif split == "scaffold":
+        parts = scaffold_split([g.smiles for g in graphs], fractions)
+    else:
+        raise ValueError(f"unknown split {split!r}; expected 'random' or 'scaffold'")
+    train, dev, test = (take(graphs, p) for p in parts)
+    targets = np.stack([g.targets for g in train]).astype(np.float64)
+    mask = np.stack([g.target_mask for g in train])
+    count = np.maximum(mask.sum(0), 1)
+    mean = (targets * mask).sum(0) / count
+    std = np.sqrt((((targets - mean) * mask) ** 2).sum(0) / count)
+    std = np.where(std > 0, std, 1.0)  # a constant target: nothing to scale
+    first = graphs[0]
+    return DataBundle(
+        train,
+        dev,
+        test,
+        {
+            "atom_features": int(first.atom_features.shape[1]),
+            "pair_features": int(first.pair_features.shape[2]),
+            "num_targets": int(first.targets.shape[0]),
+            "target_mean": [float(m) for m in mean],
+            "target_std": [float(s) for s in std],
+        },
+    )
+
+
+def marked_sequences(
+    problem: str = "addition",
+    n_train: int = 10000,
+    n_dev: int = 1000,
+    n_test: int = 1000,
+    min_len: int = 50,
+    max_len: int = 100,
+    seed: int = 0,
+    name: str = "addition",
+    **_: Any,
+) -> DataBundle:
+    """Raffel & Ellis's addition or multiplication problem: three independently drawn splits.
+
+    Each split has its own generator seed derived from ``seed``, so no sequence is shared.
+    """
+    from foldexp.data.sequences import addition_problem, multiplication_problem
+
+    problem = str(getattr(problem, "value", problem))
+    makers = {"addition": addition_problem, "multiplication": multiplication_problem}
+    if problem not in makers:
+        raise ValueError(f"unknown problem {problem!r}; expected one of {sorted(makers)}")
+    make = makers[problem]
+    splits = [
+        make(n, min_len, max_len, seed=3 * seed + k) for k, n in enumerate((n_train, n_dev, n_test))
+    ]
+    return DataBundle(*splits, {"input_size": 2})
