@@ -84,14 +84,8 @@ class BatchTrace:
         self.num_values = 0
         self.max_depth = 0
 
-    def type_id(self, ttype: TensorType) -> int:
-        tid = self.type_ids.get(ttype)
-        if tid is None:
-            tid = self.type_ids[ttype] = len(self.types)
-            self.types.append(ttype)
-            self.const_vids.append([])
-            self.const_payloads.append([])
-        return tid
+    # The same type table as a Trace: ids in first-seen order, each with its constant lists.
+    type_id = Trace.type_id
 
 
 class TraceCache:

@@ -20,6 +20,22 @@ __all__ = ["DataBundle", "calculator", "sst", "sst_sentences", "molecules", "mar
 log = logging.getLogger(__name__)
 
 
+def _pretrained(word_vectors: str | None, vocab: Vocabulary) -> Any:
+    """Pretrained vectors aligned to ``vocab`` (a matrix), or ``None`` without a file."""
+    if not word_vectors:
+        return None
+    from foldexp.data.wordvec import align_word_vectors
+
+    aligned = align_word_vectors(word_vectors, vocab)
+    log.info(
+        "word vectors %s: %d x %d, coverage %.1f%% of train tokens",
+        word_vectors,
+        *aligned.matrix.shape,
+        100 * aligned.coverage,
+    )
+    return aligned.matrix
+
+
 @dataclass
 class DataBundle:
     """Three splits plus the facts a model is built from."""
@@ -72,18 +88,7 @@ def sst(
     if limit:
         splits = [s[:limit] for s in splits]
     vocab = Vocabulary.from_trees(splits[0], lowercase=lowercase, min_count=min_count)
-    embeddings = None
-    if word_vectors:
-        from foldexp.data.wordvec import align_word_vectors
-
-        aligned = align_word_vectors(word_vectors, vocab)
-        log.info(
-            "word vectors %s: %d x %d, coverage %.1f%% of train tokens",
-            word_vectors,
-            *aligned.matrix.shape,
-            100 * aligned.coverage,
-        )
-        embeddings = aligned.matrix
+    embeddings = _pretrained(word_vectors, vocab)
     return DataBundle(
         *splits,
         {
@@ -124,18 +129,7 @@ def sst_sentences(
     vocab = Vocabulary.from_tokens(
         (w for words, _ in sentences[0] for w in words), lowercase=lowercase, min_count=min_count
     )
-    embeddings = None
-    if word_vectors:
-        from foldexp.data.wordvec import align_word_vectors
-
-        aligned = align_word_vectors(word_vectors, vocab)
-        log.info(
-            "word vectors %s: %d x %d, coverage %.1f%% of train tokens",
-            word_vectors,
-            *aligned.matrix.shape,
-            100 * aligned.coverage,
-        )
-        embeddings = aligned.matrix
+    embeddings = _pretrained(word_vectors, vocab)
     return DataBundle(
         *sentences,
         {"vocab": vocab, "num_classes": SST_CLASSES[view], "embeddings": embeddings},
