@@ -32,6 +32,7 @@ __all__ = ["PEERS", "peer_cells"]
 
 PEERS = {
     "engine": "foldexp engine (trace + schedule + run)",
+    "engine_cached": "foldexp engine, per-input traces cached (schedule + run)",
     "loop": "plain per-tree PyTorch loop",
     "level": "hand-written level-by-level batching (PyTorch)",
     "dynet": "DyNet, autobatch off",

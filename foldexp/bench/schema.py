@@ -59,6 +59,7 @@ class PeersConfig:
     implementations: list[str] = field(
         default_factory=lambda: [
             "engine",
+            "engine_cached",
             "loop",
             "level",
             "dynet",
