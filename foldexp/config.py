@@ -118,6 +118,8 @@ class TreeLSTMModelConfig:
     dropout: float = 0.0
     freeze_embeddings: bool = False
     node_loss: bool = True
+    embedding_lr: float | None = None
+    embedding_weight_decay: float | None = None
 
 
 @dataclass

@@ -100,6 +100,8 @@ class TreeLSTMClassifier(nn.Module):
         dropout: on word embeddings and on the states fed to the classifier.
         internal_words: internal nodes have a word of their own (calculator operators).
         node_loss: train on every labelled node (else the root only).
+        embedding_lr, embedding_weight_decay: the word table's own optimizer settings
+            (``None``: the optimizer's); see ``param_groups``.
     """
 
     def __init__(
@@ -111,6 +113,8 @@ class TreeLSTMClassifier(nn.Module):
         dropout: float = 0.0,
         freeze_embeddings: bool = False,
         node_loss: bool = True,
+        embedding_lr: float | None = None,
+        embedding_weight_decay: float | None = None,
         internal_words: bool = False,
         embeddings: np.ndarray | None = None,
         name: str = "tree_lstm",
@@ -155,6 +159,20 @@ class TreeLSTMClassifier(nn.Module):
         self.compiler = Compiler(tree() >> fb.GetItem(0), cache_traces=True)
         self.dropout = nn.Dropout(dropout)
         self.classify = nn.Linear(hidden_size, num_classes)
+        self.embedding = embedding
+        self.embedding_lr, self.embedding_weight_decay = embedding_lr, embedding_weight_decay
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The word table apart from the rest, so it can learn at its own rate (Tai et al. 2015
+        update embeddings apart from the network); ``None`` values fall back to the optimizer's."""
+        table = [self.embedding.weight]
+        rest = [p for p in self.parameters() if p is not self.embedding.weight]
+        emb: dict[str, Any] = {"params": table}
+        if self.embedding_lr is not None:
+            emb["lr"] = self.embedding_lr
+        if self.embedding_weight_decay is not None:
+            emb["weight_decay"] = self.embedding_weight_decay
+        return [{"params": rest}, emb]
 
     def collate(self, trees: list[Any]) -> TreeBatch:
         """Traces and schedules a batch (safe to call in DataLoader workers)."""

@@ -82,6 +82,22 @@ def _loader(model: Any, examples: list[Any], sampler: ShardedBatchSampler, worke
     )
 
 
+def _param_groups(model: Any, lr: float) -> list[dict[str, Any]]:
+    """The optimizer's parameter groups: the model's own (``model.param_groups()``, each with
+    optional ``lr`` and ``weight_decay``) or one group; frozen parameters left out."""
+    groups = (
+        model.param_groups()
+        if hasattr(model, "param_groups")
+        else [{"params": list(model.parameters())}]
+    )
+    out = []
+    for g in groups:
+        params = [p for p in g["params"] if p.requires_grad]
+        if params:
+            out.append({**g, "params": params, "lr": g.get("lr") or lr})
+    return out
+
+
 def _progress(it: Iterable[Any], enabled: bool, **kw: Any) -> Any:
     return tqdm(it, disable=not (enabled and sys.stderr.isatty()), leave=False, **kw)
 
@@ -231,7 +247,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
     bundle = instantiate(cfg.dataset, _convert_="all")
     log.info("dataset %s: %s", cfg.dataset.name, bundle.sizes())
     model = instantiate(cfg.model, **bundle.info, _convert_="all").to(device)
-    optimizer = instantiate(cfg.optimizer)(p for p in model.parameters() if p.requires_grad)
+    optimizer = instantiate(cfg.optimizer)(_param_groups(model, cfg.optimizer.lr))
     select, better = (
         tc.select_metric,
         (max if str(getattr(tc.select_mode, "value", tc.select_mode)) == "max" else min),
