@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -36,3 +40,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _foldexp_command() -> list[str]:
+    exe = shutil.which("foldexp", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "foldexp"]
+
+
+@pytest.fixture
+def run_foldexp() -> Callable[..., subprocess.CompletedProcess]:
+    """Runs the installed ``foldexp`` command in a subprocess; fails the test on a non-zero exit
+    with the tail of its output."""
+
+    def run(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+        env = {**os.environ, "MPLBACKEND": "Agg"}
+        proc = subprocess.run(
+            [*_foldexp_command(), *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if check:
+            assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        return proc
+
+    return run

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 
 from foldexp.blocks._base import Block, Tracer
-from foldexp.blocks._ops import Op, structure_builder, structure_flattener
+from foldexp.blocks._ops import Op
 from foldexp.blocks._sequences import Reduce, as_list, element_type
-from foldexp.blocks._tensors import Zeros
+from foldexp.blocks._tensors import OpBlock, Zeros
 from foldexp.types import TensorType, TupleType, Type, is_tensor_tree
 
 __all__ = ["Sum", "Min", "Max", "Mean", "SharedOp", "shared_op"]
@@ -34,7 +34,7 @@ def shared_op(kind: str, fn: Callable[..., Any], input_type: Type, output_type: 
     return op
 
 
-class SharedOp(Block):
+class SharedOp(OpBlock):
     """A parameter-free tensor function whose op is shared by all blocks of ``kind`` and type.
 
     Args:
@@ -57,15 +57,7 @@ class SharedOp(Block):
 
     def _infer(self, input_type: Type) -> Type:
         out = self._output_of(self, input_type)
-        self.op = shared_op(self.kind, self.fn, input_type, out)
-        self._flatten = structure_flattener(input_type)
-        self._build = structure_builder(out)
-        self._single = isinstance(out, TensorType)
-        return out
-
-    def _trace(self, tr: Tracer, x: Any) -> Any:
-        out = tr.apply(self.op, self._flatten(x))  # type: ignore[arg-type]
-        return out[0] if self._single else self._build(out)
+        return self._bind(shared_op(self.kind, self.fn, input_type, out), input_type, out)
 
     def _repr_args(self) -> str:
         return repr(self.kind)

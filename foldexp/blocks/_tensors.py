@@ -199,7 +199,25 @@ def _dummy_inputs(t: Type, batch: int, device: torch.device) -> Any:
     return tuple(_dummy_inputs(i, batch, device) for i in t.items)  # type: ignore[attr-defined]
 
 
-class Function(Block):
+class OpBlock(Block):
+    """A block that runs one ``Op`` on its (nested tuple of) tensor input."""
+
+    op: Op | None = None
+
+    def _bind(self, op: Op, input_type: Type, out: Type) -> Type:
+        """Makes ``op`` this block's operation; precomputes the hot path's flatten/rebuild."""
+        self.op = op
+        self._flatten = structure_flattener(input_type)
+        self._build = structure_builder(out)
+        self._single = isinstance(out, TensorType)
+        return out
+
+    def _trace(self, tr: Tracer, x: Any) -> Any:
+        out = tr.apply(self.op, self._flatten(x))  # type: ignore[arg-type]
+        return out[0] if self._single else self._build(out)
+
+
+class Function(OpBlock):
     """Applies ``fn`` — an ``nn.Module`` or any callable polymorphic in the batch dimension.
 
     On a tuple input the items are passed as separate positional arguments (so
@@ -244,15 +262,8 @@ class Function(Block):
                     ) from e
             out = _type_of_output(res, self.fn)
         module = self.fn if isinstance(self.fn, torch.nn.Module) else None
-        self.op = Op(self.fn, input_type, out, module, self.name or _fn_name(self.fn))
-        self._flatten = structure_flattener(input_type)
-        self._build = structure_builder(out)
-        self._single = isinstance(out, TensorType)
-        return out
-
-    def _trace(self, tr: Tracer, x: Any) -> Any:
-        out = tr.apply(self.op, self._flatten(x))  # type: ignore[arg-type]
-        return out[0] if self._single else self._build(out)
+        op = Op(self.fn, input_type, out, module, self.name or _fn_name(self.fn))
+        return self._bind(op, input_type, out)
 
     def _repr_args(self) -> str:
         return _fn_name(self.fn)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,54 +12,34 @@ import pandas as pd
 TINY = ["dataset.n=300", "model.hidden_size=16", "model.embed_size=8", "debug=tiny"]
 
 
-def _foldexp() -> list[str]:
-    exe = shutil.which("foldexp", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "foldexp"]
-
-
-def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MPLBACKEND": "Agg"}
-    proc = subprocess.run(
-        [*_foldexp(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return proc
-
-
-def test_help_lists_commands(tmp_path: Path) -> None:
-    out = _run(["--help"], tmp_path).stdout
+def test_help_lists_commands(tmp_path: Path, run_foldexp) -> None:
+    out = run_foldexp(["--help"], tmp_path).stdout
     for cmd in ("train", "bench", "data", "report", "demo"):
         assert f"  {cmd} " in out
 
 
-def test_train_runs_from_any_directory(tmp_path: Path) -> None:
-    _run(["train", *TINY, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+def test_train_runs_from_any_directory(tmp_path: Path, run_foldexp) -> None:
+    run_foldexp(["train", *TINY, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert 0.0 <= results["test_accuracy"] <= 1.0
     assert (tmp_path / "run" / "metrics.csv").exists()
 
 
-def test_train_cfg_job_prints_config(tmp_path: Path) -> None:
-    out = _run(["train", "--cfg", "job", "model.hidden_size=7"], tmp_path).stdout
+def test_train_cfg_job_prints_config(tmp_path: Path, run_foldexp) -> None:
+    out = run_foldexp(["train", "--cfg", "job", "model.hidden_size=7"], tmp_path).stdout
     assert "hidden_size: 7" in out and "_target_: foldexp.models.tree_lstm" in out
 
 
-def test_bad_override_fails_before_work(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [*_foldexp(), "train", "trainer.epoch=3"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def test_bad_override_fails_before_work(tmp_path: Path, run_foldexp) -> None:
+    proc = run_foldexp(["train", "trainer.epoch=3"], tmp_path, check=False)
     assert proc.returncode != 0
     assert "epoch" in proc.stderr and not (tmp_path / "outputs").exists()
 
 
-def test_multirun_then_report(tmp_path: Path) -> None:
+def test_multirun_then_report(tmp_path: Path, run_foldexp) -> None:
     sweep = tmp_path / "sweep"
-    _run(["train", "-m", "seed=1,2", *TINY, f"hydra.sweep.dir={sweep}"], tmp_path)
-    _run(["report", str(sweep), "--metric", "test_accuracy"], tmp_path)
+    run_foldexp(["train", "-m", "seed=1,2", *TINY, f"hydra.sweep.dir={sweep}"], tmp_path)
+    run_foldexp(["report", str(sweep), "--metric", "test_accuracy"], tmp_path)
     table = pd.read_csv(sweep / "report.csv")
     assert sorted(table["seed"]) == [1, 2]
     assert (sweep / "report.md").exists() and (sweep / "report.png").exists()
@@ -80,7 +58,7 @@ def test_python_dash_m(tmp_path: Path) -> None:
     assert proc.returncode == 0 and "commands:" in proc.stdout
 
 
-def test_bench_toy_run_then_report_redraws_plots(tmp_path: Path) -> None:
+def test_bench_toy_run_then_report_redraws_plots(tmp_path: Path, run_foldexp) -> None:
     run = tmp_path / "bench"
     toy = [
         "bench.state_size=8",
@@ -95,10 +73,10 @@ def test_bench_toy_run_then_report_redraws_plots(tmp_path: Path) -> None:
         "device.threads=1",
         "bench.experiments=[table1]",
     ]
-    _run(["bench", *toy, f"hydra.run.dir={run}"], tmp_path)
+    run_foldexp(["bench", *toy, f"hydra.run.dir={run}"], tmp_path)
     pngs = sorted(run.glob("*.png"))
     assert (run / "bench.csv").exists() and (run / "bench.md").exists() and pngs
     for p in pngs:
         p.unlink()
-    out = _run(["report", str(run)], tmp_path).stdout
+    out = run_foldexp(["report", str(run)], tmp_path).stdout
     assert "redrew" in out and sorted(run.glob("*.png")) == pngs

@@ -7,10 +7,6 @@ The plugins are optional dependencies: without them these tests are skipped."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -71,26 +67,12 @@ def test_slurm_preset_keys_and_overrides() -> None:
         _compose(["hydra/launcher=slurm", "hydra.launcher.partiton=gpu"])
 
 
-def _foldexp() -> list[str]:
-    exe = shutil.which("foldexp", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "foldexp"]
-
-
-def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MPLBACKEND": "Agg"}
-    proc = subprocess.run(
-        [*_foldexp(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return proc
-
-
 @pytest.mark.slow  # about 30 s each on 2 busy cores: every job is a fresh Python process
 @pytest.mark.parametrize("launcher", ["submitit_local", "joblib"])
-def test_launcher_multirun_then_report(launcher: str, tmp_path: Path) -> None:
+def test_launcher_multirun_then_report(launcher: str, tmp_path: Path, run_foldexp) -> None:
     sweep = tmp_path / "sweep"
     extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else []
-    _run(
+    run_foldexp(
         [
             "train",
             "-m",
@@ -103,18 +85,18 @@ def test_launcher_multirun_then_report(launcher: str, tmp_path: Path) -> None:
         ],
         tmp_path,
     )
-    _run(["report", str(sweep), "--metric", "test_accuracy"], tmp_path)
+    run_foldexp(["report", str(sweep), "--metric", "test_accuracy"], tmp_path)
     table = pd.read_csv(sweep / "report.csv")
     assert sorted(table["seed"]) == [1, 2]
     assert pd.read_csv(sweep / "summary.csv")["count"].tolist() == [2]
 
 
 @pytest.mark.slow  # about 20 s: two tasks, each a fresh Python process
-def test_submitit_job_with_two_tasks_trains_as_two_ddp_ranks(tmp_path: Path) -> None:
+def test_submitit_job_with_two_tasks_trains_as_two_ddp_ranks(tmp_path: Path, run_foldexp) -> None:
     """What a multi-node SLURM job does (nodes x tasks_per_node ranks), on submitit's local
     executor: the tasks become DDP ranks through ``export_submitit_env``."""
     sweep = tmp_path / "sweep"
-    _run(
+    run_foldexp(
         [
             "train",
             "-m",
