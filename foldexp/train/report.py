@@ -9,6 +9,7 @@ only by seed are also summarised as mean ± std in ``summary.csv`` / ``summary.m
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -92,14 +93,19 @@ def run_report(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 0.4 * len(summary) + 1.5), layout="constrained")
+    # Override strings can be long (paths): wrap them so the bars keep their room.
     labels = [
-        " ".join(str(v) for v in r if str(v)) or "(defaults)"
+        textwrap.fill(" ".join(str(v) for v in r if str(v)) or "(defaults)", 48)
         for r in summary[group].itertuples(index=False)
     ]
+    lines = sum(label.count("\n") + 1 for label in labels)
+    fig, ax = plt.subplots(figsize=(10, 0.25 * lines + 0.3 * len(labels) + 1.2))
     ax.barh(labels, summary["mean"], xerr=summary["std"].fillna(0), color="tab:blue", alpha=0.8)
     ax.set_xlabel(f"{metric} (mean ± std over seeds)")
-    atomic_write(out / "report.png", lambda tmp: fig.savefig(tmp, format="png", dpi=100))
+    atomic_write(
+        out / "report.png",
+        lambda tmp: fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight"),
+    )
     plt.close(fig)
     print(summary.to_markdown(index=False, floatfmt=".4f"))
     return df
