@@ -93,9 +93,13 @@ class _Sweep:
                 leaves = []
                 for ga in g.gathers:
                     x = _read(bufs[ga.tid], ga.rows)
+                    if isinstance(ga.rows, slice):
+                        # A view would share the buffer's version counter: later writes into the
+                        # buffer would then fail autograd's check on this saved input (even
+                        # integer ids an embedding saves), so the graph gets its own copy.
+                        x = x.clone()
                     if x.dtype.is_floating_point:
-                        # A fresh leaf: its gradient is this group's contribution upstream.
-                        x = (x.clone() if isinstance(ga.rows, slice) else x).requires_grad_()
+                        x.requires_grad_()  # a fresh leaf: its gradient goes upstream
                     leaves.append(x)
                 outs = _call(self.ops[g.op], g, leaves)
                 for (tid, start, end), out in zip(g.outs, outs):

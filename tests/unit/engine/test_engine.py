@@ -132,3 +132,14 @@ def test_trace_cache_keeps_metrics_and_input_errors(rng) -> None:
     assert inputs.tolist() == [0, 0, 0, 1, 2, 2]
     with pytest.raises(fb.InputError, match=r"at input\[1\]\[0\]"):
         model([[1.0], ["bad"]])
+
+
+def test_integer_slices_saved_for_backward_survive_later_buffer_writes() -> None:
+    # The embedding reads its ids as a contiguous slice of the int64 buffer; later groups write
+    # int64 outputs into the same buffer before backward runs.
+    emb = fb.Embedding(10, 3)
+    chain = fb.Function(lambda x: x + 1) >> fb.Function(lambda x: x * 2)
+    block = fb.Scalar("int64") >> fb.AllOf(fb.Function(emb), chain) >> fb.GetItem(0)
+    from foldexp.testing import check_block
+
+    check_block(block, [1, 3, 4], expected=[emb.weight[i].detach() for i in (1, 3, 4)])
