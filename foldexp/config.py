@@ -106,6 +106,7 @@ class SSTDataConfig:
     lowercase: bool = False
     min_count: int = 1
     word_vectors: str | None = None
+    vector_vocab: bool = False
     limit: int = 0
 
 

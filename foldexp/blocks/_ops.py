@@ -25,6 +25,11 @@ def structure_flattener(t: Type) -> Callable[[Any], list[Any]]:
     assert isinstance(t, TupleType)
     if all(isinstance(i, TensorType) for i in t.items):
         return list
+    if len(t.items) == 2 and all(
+        isinstance(i, TupleType) and all(isinstance(j, TensorType) for j in i.items)
+        for i in t.items
+    ):
+        return lambda x: [*x[0], *x[1]]  # a pair of flat tuples, e.g. two children's (h, c)
     parts = [structure_flattener(i) for i in t.items]
 
     def flatten(x: Any) -> list[Any]:

@@ -9,12 +9,13 @@ operation, appended to in the hot loop and turned into numpy arrays by the sched
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from foldexp.blocks._base import Block, InputError
+from foldexp.blocks._closures import trace_fn
 from foldexp.blocks._ops import Op, structure_flattener
 from foldexp.types import TensorType, Type, VoidType
 
@@ -97,6 +98,67 @@ class Trace:
         vd.extend([d] * n)
         return list(range(first, first + n))
 
+    def applier(self, op: Op, single: bool = False) -> Callable[..., Any]:
+        """``apply`` for one op, with its lists bound: ``f(args) -> outputs``, or with
+        ``single`` (one input, one output) ``f(arg) -> output`` on bare value ids.
+
+        Specialised on arity and output count: this runs once per node of every input.
+        """
+        i = self.op_index[op]
+        vd = self.val_depth
+        add_depth, add_first, args_list = (
+            self.op_depth[i].append,
+            self.op_first[i].append,
+            self.op_args[i],
+        )
+        add_arg, add_args, n = args_list.append, args_list.extend, op.n_out
+        if single:
+
+            def apply_one(arg: int) -> int:
+                d = vd[arg] + 1
+                first = len(vd)
+                add_depth(d)
+                add_first(first)
+                add_arg(arg)
+                vd.append(d)
+                return first
+
+            return apply_one
+        get = vd.__getitem__
+        arity = len(op.in_types)
+
+        def apply(args: list[int]) -> list[int]:
+            d = (vd[args[0]] if arity == 1 else max(map(get, args))) + 1
+            first = len(vd)
+            add_depth(d)
+            add_first(first)
+            add_args(args)
+            if n == 1:
+                vd.append(d)
+                return [first]
+            if n == 2:
+                vd.append(d)
+                vd.append(d)
+                return [first, first + 1]
+            vd.extend([d] * n)
+            return list(range(first, first + n))
+
+        return apply
+
+    def constant_adder(self, ttype: TensorType) -> Callable[[Any], int]:
+        """``constant`` for one type, with its lists bound: ``f(payload) -> value id``."""
+        tid = self.type_id(ttype)
+        vd, vids, payloads = self.val_depth, self.const_vids[tid], self.const_payloads[tid]
+
+        def add(payload: Any) -> int:
+            vid = len(vd)
+            vd.append(0)
+            vids.append(vid)
+            payloads.append(payload)
+            return vid
+
+        return add
+
     def metric(self, name: str, value: int) -> None:
         inputs, vids = self.metrics.setdefault(name, ([], []))
         inputs.append(self.current_input)
@@ -127,11 +189,11 @@ def trace_batch(
     void = isinstance(output_type, VoidType)
     flatten = None if void else structure_flattener(output_type)
     outs: list[list[int]] = []
-    run = block._trace
+    run = trace_fn(block, tr)
     for k, x in enumerate(inputs):
         tr.current_input = k
         try:
-            out = run(tr, x)
+            out = run(x)
         except InputError as e:
             e.path.insert(0, k)
             raise

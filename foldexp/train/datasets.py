@@ -20,6 +20,36 @@ __all__ = ["DataBundle", "calculator", "sst", "sst_sentences", "molecules", "mar
 log = logging.getLogger(__name__)
 
 
+def _with_vector_words(vocab: Vocabulary, word_vectors: str, splits: list[list[Any]]) -> Vocabulary:
+    """``vocab`` plus the words of ``splits`` it lacks that have a pretrained vector.
+
+    Only words are read (never labels): a dev/test word unseen in training then keeps its
+    pretrained vector instead of collapsing onto the unknown token, as Tai et al.'s vocabulary
+    covers all of SST. The added words get count 0, so coverage stays a train-token figure.
+    """
+    from foldexp.data.wordvec import default_lookup_keys, read_word_vectors
+
+    form = str.lower if vocab.lowercase else str
+    unseen = sorted(
+        {
+            form(leaf.word)
+            for trees in splits
+            for tree in trees
+            for leaf in tree.leaves()
+            if leaf.word is not None and form(leaf.word) not in vocab
+        }
+    )
+    keys = {w: default_lookup_keys(w) for w in unseen}
+    vectors, _ = read_word_vectors(word_vectors, {k for ks in keys.values() for k in ks})
+    extra = [w for w in unseen if any(k in vectors for k in keys[w])]
+    counts = {**vocab.counts, **dict.fromkeys(extra, 0)}
+    words = vocab.words[1 + len(vocab.specials) :] + extra
+    log.info("vocabulary: %d train words + %d dev/test words with vectors", len(vocab), len(extra))
+    return Vocabulary(
+        words, unk=vocab.unk, specials=vocab.specials, lowercase=vocab.lowercase, counts=counts
+    )
+
+
 def _pretrained(word_vectors: str | None, vocab: Vocabulary) -> Any:
     """Pretrained vectors aligned to ``vocab`` (a matrix), or ``None`` without a file."""
     if not word_vectors:
@@ -78,16 +108,22 @@ def sst(
     lowercase: bool = False,
     min_count: int = 1,
     word_vectors: str | None = None,
+    vector_vocab: bool = False,
     limit: int = 0,
     name: str = "sst",
     **_: Any,
 ) -> DataBundle:
-    """SST trees under ``data_dir/sst``, in the fine or binary view."""
+    """SST trees under ``data_dir/sst``, in the fine or binary view.
+
+    ``vector_vocab``: with ``word_vectors``, dev/test words that have a vector get their own row.
+    """
     view, labels = str(getattr(view, "value", view)), str(getattr(labels, "value", labels))
     splits = [load_sst(s, data_dir, view=view, labels=labels) for s in ("train", "dev", "test")]
     if limit:
         splits = [s[:limit] for s in splits]
     vocab = Vocabulary.from_trees(splits[0], lowercase=lowercase, min_count=min_count)
+    if word_vectors and vector_vocab:
+        vocab = _with_vector_words(vocab, word_vectors, splits[1:])
     embeddings = _pretrained(word_vectors, vocab)
     return DataBundle(
         *splits,

@@ -280,3 +280,23 @@ def test_sst_sentences_views(tiny_data: Path) -> None:
     assert len(binary.train) == len(_TREES) - 1  # the neutral-root tree is dropped
     assert {label for _, label in binary.train} == {0, 1}
     assert NO_LABEL not in {label for _, label in fine.train}
+
+
+def test_sst_vector_vocab_adds_only_dev_test_words_with_vectors(tmp_path: Path) -> None:
+    (tmp_path / "sst").mkdir()
+    trees = {
+        "train": "(3 (2 a) (3 good))",
+        "dev": "(1 (2 a) (1 dull))",  # "dull" has a vector
+        "test": "(2 (2 a) (2 zzyzx))",  # "zzyzx" has none
+    }
+    for split, line in trees.items():
+        (tmp_path / "sst" / f"{split}.txt").write_text(line + "\n")
+    vectors = tmp_path / "vec.txt"
+    vectors.write_text("a 1 0\ngood 0 1\ndull -1 0\n")
+    plain = datasets.sst(str(tmp_path), word_vectors=str(vectors))
+    wide = datasets.sst(str(tmp_path), word_vectors=str(vectors), vector_vocab=True)
+    assert "dull" not in plain.info["vocab"]
+    vocab = wide.info["vocab"]
+    assert "dull" in vocab and "zzyzx" not in vocab
+    assert vocab.words[: len(plain.info["vocab"])] == plain.info["vocab"].words  # train ids kept
+    np.testing.assert_array_equal(wide.info["embeddings"][vocab.index("dull")], [-1.0, 0.0])

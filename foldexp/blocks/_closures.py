@@ -1,0 +1,198 @@
+"""Tracing closures: the compiler's fast path for walking blocks over a batch.
+
+Tracing visits every node of every input, so a batch of SST trees means tens of thousands of
+``_trace`` calls, each paying attribute lookups and method dispatch. ``trace_fn(block, tr)``
+instead builds, once per batch, a tree of closures mirroring the block tree, with children's
+closures and the tracer's methods bound as locals.
+
+A closure must do exactly what the block's ``_trace`` does, errors included. The eager oracle
+(``_eager.py``) keeps using ``_trace``, so the batched == eager checks cover both. Only a block
+whose class still has the ``_trace`` a closure was written for gets that closure; any other block
+(a subclass overriding ``_trace``, a user block) gets a wrapper around its own ``_trace``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from foldexp.blocks._base import Block, InputError, Pipe, Tracer
+from foldexp.blocks._metrics import Metric
+from foldexp.blocks._structure import (
+    AllOf,
+    GetItem,
+    Identity,
+    InputTransform,
+    OneOf,
+    Record,
+    _ForwardRef,
+)
+from foldexp.blocks._tensors import _NUMBER_TYPES, OpBlock, Scalar
+
+__all__ = ["trace_fn"]
+
+Fn = Callable[[Any], Any]
+Memo = dict[int, list[Fn]]
+
+
+def trace_fn(block: Block, tr: Tracer, memo: Memo | None = None) -> Fn:
+    """A function ``x -> traced output`` doing ``block._trace(tr, x)``, faster."""
+    memo = {} if memo is None else memo
+    for cls in type(block).__mro__:
+        make = _MAKERS.get(cls)
+        if make is not None and type(block)._trace is cls._trace:
+            return make(block, tr, memo)
+    trace = block._trace
+    return lambda x: trace(tr, x)
+
+
+def _pipe(b: Pipe, tr: Tracer, memo: Memo) -> Fn:
+    fns = [trace_fn(c, tr, memo) for c in b.blocks]
+    if len(fns) == 2:
+        first, second = fns
+        return lambda x: second(first(x))
+
+    def run(x: Any) -> Any:
+        for f in fns:
+            x = f(x)
+        return x
+
+    return run
+
+
+def _op_block(b: OpBlock, tr: Tracer, memo: Memo) -> Fn:
+    op, flatten, build = b.op, b._flatten, b._build
+    applier = getattr(tr, "applier", None)
+    if applier is None:
+        apply = tr.apply
+        if b._single:
+            return lambda x: apply(op, flatten(x))[0]
+        return lambda x: build(apply(op, flatten(x)))
+    if b._single and len(op.in_types) == 1:
+        return applier(op, single=True)  # vid -> vid, no lists
+    run = applier(op)
+    if b._single:
+        return lambda x: run(flatten(x))[0]
+    return lambda x: build(run(flatten(x)))
+
+
+def _scalar(b: Scalar, tr: Tracer, memo: Memo) -> Fn:
+    out_type, floating = b._output_type, b._floating
+    adder = getattr(tr, "constant_adder", None)
+    add = adder(out_type) if adder is not None else lambda x: tr.constant(out_type, x)
+
+    def run(x: Any) -> Any:
+        if not isinstance(x, _NUMBER_TYPES) or (not floating and isinstance(x, float)):
+            return b._trace(tr, x)  # raises the block's own error
+        return add(x)
+
+    return run
+
+
+def _identity(b: Identity, tr: Tracer, memo: Memo) -> Fn:
+    return lambda x: x
+
+
+def _input_transform(b: InputTransform, tr: Tracer, memo: Memo) -> Fn:
+    fn = b.py_fn
+
+    def run(x: Any) -> Any:
+        try:
+            return fn(x)
+        except Exception:
+            return b._trace(tr, x)  # raises the block's own error
+
+    return run
+
+
+def _get_item(b: GetItem, tr: Tracer, memo: Memo) -> Fn:
+    key = b.key
+
+    def run(x: Any) -> Any:
+        try:
+            return x[key]
+        except (IndexError, KeyError, TypeError):
+            return b._trace(tr, x)
+
+    return run
+
+
+def _record(b: Record, tr: Tracer, memo: Memo) -> Fn:
+    fields = [(k, trace_fn(c, tr, memo)) for k, c in b.fields]
+
+    def run(x: Any) -> Any:
+        out = []
+        for k, f in fields:
+            try:
+                item = x[k]
+            except (KeyError, IndexError, TypeError):
+                return b._trace(tr, x)  # raises the block's own error
+            try:
+                out.append(f(item))
+            except InputError as e:
+                e.path.insert(0, k)
+                raise
+        return tuple(out)
+
+    return run
+
+
+def _all_of(b: AllOf, tr: Tracer, memo: Memo) -> Fn:
+    fns = [trace_fn(c, tr, memo) for c in b.blocks]
+    if len(fns) == 2:
+        first, second = fns
+        return lambda x: (first(x), second(x))
+    return lambda x: tuple([f(x) for f in fns])
+
+
+def _one_of(b: OneOf, tr: Tracer, memo: Memo) -> Fn:
+    cases = {k: trace_fn(c, tr, memo) for k, c in b.cases.items()}
+    key_fn = b.key_fn
+    pre = trace_fn(b.pre_block, tr, memo) if b.pre_block is not None else None
+
+    def run(x: Any) -> Any:
+        try:
+            case = cases.get(key_fn(x))
+        except Exception:
+            case = None
+        if case is None:
+            return b._trace(tr, x)  # raises the block's own error
+        return case(x) if pre is None else case(pre(x))
+
+    return run
+
+
+def _forward_ref(b: _ForwardRef, tr: Tracer, memo: Memo) -> Fn:
+    # The declaration's closure is built once; uses inside it (recursion) find the cell filled
+    # by the time they run.
+    cell = memo.get(id(b.decl))
+    if cell is None:
+        cell = memo[id(b.decl)] = []
+        cell.append(trace_fn(b.decl.block, tr, memo))  # type: ignore[arg-type]
+    if cell:
+        return cell[0]
+    return lambda x: cell[0](x)
+
+
+def _metric(b: Metric, tr: Tracer, memo: Memo) -> Fn:
+    record, name = tr.metric, b.metric_name
+
+    def run(x: Any) -> None:
+        record(name, x)
+
+    return run
+
+
+_MAKERS: dict[type, Callable[[Any, Tracer, Memo], Fn]] = {
+    Pipe: _pipe,
+    OpBlock: _op_block,
+    Scalar: _scalar,
+    Identity: _identity,
+    InputTransform: _input_transform,
+    GetItem: _get_item,
+    Record: _record,
+    AllOf: _all_of,
+    OneOf: _one_of,
+    _ForwardRef: _forward_ref,
+    Metric: _metric,
+}
