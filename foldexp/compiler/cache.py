@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from foldexp.blocks._base import Block, InputError
+from foldexp.blocks._closures import trace_fn
 from foldexp.blocks._ops import Op
 from foldexp.compiler.trace import Trace, flatten_output
 from foldexp.types import TensorType, Type
@@ -61,9 +62,9 @@ def _freeze(x: Any, tr: Trace, out: list[int]) -> _InputTrace:
         max_depth=tr.max_depth,
         types=list(tr.types),
         const_vids=[as_array(v, np.int64) for v in tr.const_vids],
-        const_payloads=tr.const_payloads,
+        const_payloads=[list(p) for p in tr.const_payloads],  # the trace is reused
         ops=ops,
-        metrics={k: as_array(v, np.int64) for k, (_, v) in tr.metrics.items()},
+        metrics={k: as_array(v, np.int64) for k, (_, v) in tr.metrics.items() if v},
         out=as_array(out, np.int64),
     )
 
@@ -93,6 +94,8 @@ class TraceCache:
 
     def __init__(self) -> None:
         self._entries: dict[int, _InputTrace] = {}
+        # One trace reused (reset) for every new input, with its tracing closure built once.
+        self._tracer: tuple[Block, Trace, Any] | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -106,9 +109,13 @@ class TraceCache:
         entry = self._entries.get(id(x))
         if entry is not None and entry.source is x:
             return entry
-        tr = Trace(ops)
+        if self._tracer is None or self._tracer[0] is not block:
+            tr = Trace(ops)
+            self._tracer = (block, tr, trace_fn(block, tr))
+        _, tr, run = self._tracer
+        tr.reset()
         try:
-            out = block._trace(tr, x)
+            out = run(x)
         except InputError as e:
             e.path.insert(0, k)
             raise

@@ -48,6 +48,21 @@ class Trace:
         self.metrics: dict[str, tuple[list[int], list[int]]] = {}  # name → (input#, value id)
         self.current_input = 0
 
+    def reset(self) -> None:
+        """Forgets every recorded value but keeps the types and the list objects themselves,
+        so closures built over this trace (``applier``, ``constant_adder``) stay valid."""
+        for lists in (self.const_vids, self.const_payloads, self.op_depth, self.op_first):
+            for values in lists:
+                values.clear()
+        for values in self.op_args:
+            values.clear()
+        self.val_depth.clear()
+        self.zero_vid.clear()
+        for inputs, vids in self.metrics.values():
+            inputs.clear()
+            vids.clear()
+        self.current_input = 0
+
     # ---- the Tracer protocol (the hot path: keep it lean) --------------------------------------
     def type_id(self, ttype: TensorType) -> int:
         tid = self.type_ids.get(ttype)

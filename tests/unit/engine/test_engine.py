@@ -134,6 +134,21 @@ def test_trace_cache_keeps_metrics_and_input_errors(rng) -> None:
         model([[1.0], ["bad"]])
 
 
+def test_trace_cache_reuses_one_trace_without_leaking_between_inputs() -> None:
+    # A metric recorded by some inputs only, and a shared zeros constant: a reused trace must
+    # not carry either over from one input to the next.
+    big = fb.Scalar() >> fb.AllOf(fb.Identity(), fb.Metric("big")) >> fb.GetItem(0)
+    small = fb.AllOf(fb.Scalar(), fb.Zeros(())) >> fb.Function(torch.add)
+    block = fb.OneOf(lambda x: x > 2, {True: big, False: small})
+    plain, cached = Compiler(block), Compiler(block, cache_traces=True)
+    for batch in ([1.0, 5.0, 2.0], [1.0, 2.0], [5.0, 7.0], [2.0, 5.0, 7.0, 1.0]):
+        torch.testing.assert_close(cached(batch), plain(batch))
+        assert cached.last_metrics.keys() == plain.last_metrics.keys()
+        for name, (values, inputs) in plain.last_metrics.items():
+            torch.testing.assert_close(cached.last_metrics[name][0], values)
+            assert cached.last_metrics[name][1].tolist() == inputs.tolist()
+
+
 def test_integer_slices_saved_for_backward_survive_later_buffer_writes() -> None:
     # The embedding reads its ids as a contiguous slice of the int64 buffer; later groups write
     # int64 outputs into the same buffer before backward runs.
