@@ -5,7 +5,8 @@ evaluation, keeps the best checkpoint by ``trainer.select_metric``, stops early 
 evaluates the best checkpoint on test and returns the final metrics (also in ``results.json``).
 
 Batches are traced and scheduled by ``model.collate`` inside DataLoader workers
-(``trainer.num_workers``), so the next batch's schedule is built while the current one trains.
+(``trainer.num_workers``), so the next batch's schedule is built while the current one trains; the
+loaders and their workers last the whole run (``loaders.py``), so workers keep their trace caches.
 A killed run continues with ``trainer.resume=true`` from ``checkpoints/last.pt`` and ends with
 the same result as an uninterrupted run: the data order depends only on (seed, epoch), the
 position inside the epoch is saved, and so is every RNG.
@@ -34,7 +35,6 @@ import numpy as np
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from foldexp.train import distributed as dd
@@ -46,6 +46,7 @@ from foldexp.train.checkpoint import (
     seed_everything,
     set_rng_state,
 )
+from foldexp.train.loaders import RunLoaders
 from foldexp.train.sampler import BALANCE_MODES, ShardedBatchSampler, example_sizes
 
 __all__ = ["run_train", "TrainingDiverged", "resolve_device"]
@@ -67,19 +68,6 @@ def resolve_device(name: str) -> torch.device:
             "device.name=cuda but torch sees no CUDA device; use device=cpu or device=auto"
         )
     return torch.device(name)
-
-
-def _loader(model: Any, examples: list[Any], sampler: ShardedBatchSampler, workers: int, seed: int):
-    # A private generator: the DataLoader would otherwise draw its worker seed from the global
-    # RNG, which would make a resumed run differ from an uninterrupted one.
-    return DataLoader(
-        examples,
-        batch_sampler=sampler,
-        collate_fn=model.collate,
-        num_workers=workers,
-        generator=torch.Generator().manual_seed(seed),
-        persistent_workers=False,
-    )
 
 
 def _param_groups(model: Any, lr: float) -> list[dict[str, Any]]:
@@ -110,10 +98,12 @@ def evaluate(
     prefix: str,
     ctx: dd.DistContext | None = None,
     sizes: list[int] | None = None,
+    loaders: RunLoaders | None = None,
 ) -> dict[str, float]:
     """Mean loss and the model's metrics over ``examples``, without gradients.
 
     Under DDP each rank evaluates its shard of every batch and the sums are gathered.
+    ``loaders`` keeps the split's loader (and its workers) from one call to the next.
     """
     ctx = ctx or dd.DistContext()
     tc = cfg.trainer
@@ -130,7 +120,8 @@ def evaluate(
         limit=tc.limit_batches,
         pad=False,
     )
-    loader = _loader(model, examples, sampler, tc.num_workers, 0)
+    loaders = loaders or RunLoaders(model, tc.num_workers, 0)
+    loader = loaders.get(prefix, examples, sampler)
     with torch.no_grad():
         for batch in _progress(loader, tc.progress and ctx.is_main, desc=prefix):
             out = model(batch)
@@ -300,6 +291,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
         if ctx.is_main:
             save_checkpoint(path, model, optimizer, {**progress, "rank_rng": rngs})
 
+    loaders = RunLoaders(model, tc.num_workers, cfg.seed)
     started = time.perf_counter()
     while progress["epoch"] < tc.epochs and not progress["stopped"]:
         epoch = progress["epoch"]
@@ -316,7 +308,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
             start=progress["batch"],
             limit=tc.limit_batches,
         )
-        loader = _loader(model, bundle.train, sampler, tc.num_workers, cfg.seed + epoch)
+        loader = loaders.get("train", bundle.train, sampler)
         net.train()
         t_epoch = time.perf_counter()
         n_before = progress["epoch_n"]
@@ -400,7 +392,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
             "train_loss": sums.get("loss", 0.0) / n,
             **{f"train_{k}": v for k, v in model.summarize(sums).items()},
         }
-        row.update(evaluate(model, bundle.dev, cfg, device, "dev", ctx, sizes["dev"]))
+        row.update(evaluate(model, bundle.dev, cfg, device, "dev", ctx, sizes["dev"], loaders))
         row["epoch_seconds"] = time.perf_counter() - t_epoch
         if ledger:
             row.update(ledger.end_epoch())
@@ -445,7 +437,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
     results: dict[str, Any] = {
         "best_epoch": progress["best_epoch"],
         f"best_{select}": progress["best"],
-        **evaluate(model, bundle.test, cfg, device, "test", ctx, sizes["test"]),
+        **evaluate(model, bundle.test, cfg, device, "test", ctx, sizes["test"], loaders),
         "epochs_run": len(progress["history"]),
         "steps": progress["step"],
         "train_seconds": time.perf_counter() - started,
@@ -456,6 +448,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
         "world_size": ctx.world_size,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
+    loaders.close()
     if ctx.is_main:
         write_json(out_dir / "results.json", results)
     log.info(

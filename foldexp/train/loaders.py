@@ -1,0 +1,82 @@
+"""DataLoaders that live for the whole run, so worker processes keep their trace caches.
+
+With ``trainer.num_workers > 0`` batches are traced and scheduled by ``model.collate`` in worker
+processes while the main process trains. A model that caches per-input traces
+(``Compiler(cache_traces=True)``) keeps that cache in each worker; a DataLoader rebuilt every
+epoch would start fresh workers and trace everything again. Here each split gets one loader with
+persistent workers, and each epoch only swaps in its new batch order: the batch sampler runs in
+the main process, so the workers see nothing but the indices of the next batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from foldexp.train.sampler import ShardedBatchSampler
+
+__all__ = ["RunLoaders"]
+
+
+class _CurrentSampler(Sampler[list[int]]):
+    """A batch sampler whose batches (one epoch's ``ShardedBatchSampler``) can be swapped."""
+
+    def __init__(self, sampler: ShardedBatchSampler) -> None:
+        self.current = sampler
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.current)
+
+    def __len__(self) -> int:
+        return len(self.current)
+
+
+class RunLoaders:
+    """One loader per split (``train``, ``dev``, ``test``) for the whole run.
+
+    Args:
+        model: its ``collate`` builds a batch (trace and schedule) from examples.
+        workers: DataLoader worker processes; 0 collates in the main process.
+        seed: seeds the loaders' private generator (the global RNG is left alone, so a resumed
+            run draws the same dropout masks as an uninterrupted one).
+    """
+
+    def __init__(self, model: Any, workers: int, seed: int) -> None:
+        self.model, self.workers, self.seed = model, workers, seed
+        self._loaders: dict[str, tuple[DataLoader, _CurrentSampler]] = {}
+
+    def get(self, split: str, examples: list[Any], sampler: ShardedBatchSampler) -> DataLoader:
+        """The loader of ``split``, now yielding the batches of ``sampler``."""
+        entry = self._loaders.get(split)
+        if entry is None or entry[0].dataset is not examples:
+            current = _CurrentSampler(sampler)
+            loader = DataLoader(
+                examples,
+                batch_sampler=current,
+                collate_fn=self.model.collate,
+                num_workers=self.workers,
+                generator=torch.Generator().manual_seed(self.seed),
+                persistent_workers=self.workers > 0,
+            )
+            self._loaders[split] = entry = (loader, current)
+        entry[1].current = sampler
+        return entry[0]
+
+    def worker_pids(self, split: str) -> list[int]:
+        """Process ids of ``split``'s live workers (empty before its first epoch or with 0)."""
+        entry = self._loaders.get(split)
+        iterator = getattr(entry[0], "_iterator", None) if entry else None
+        workers = getattr(iterator, "_workers", None) or []
+        return [w.pid for w in workers]
+
+    def close(self) -> None:
+        """Stops every worker process."""
+        for loader, _ in self._loaders.values():
+            iterator = getattr(loader, "_iterator", None)
+            shutdown = getattr(iterator, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+        self._loaders.clear()
