@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from foldexp.blocks._base import Block, InputError, Pipe, Tracer
+from foldexp.blocks._fusion import fused_blocks
 from foldexp.blocks._metrics import Metric
 from foldexp.blocks._structure import (
     AllOf,
@@ -32,12 +33,24 @@ from foldexp.blocks._tensors import _NUMBER_TYPES, OpBlock, Scalar
 __all__ = ["trace_fn"]
 
 Fn = Callable[[Any], Any]
-Memo = dict[int, list[Fn]]
 
 
-def trace_fn(block: Block, tr: Tracer, memo: Memo | None = None) -> Fn:
-    """A function ``x -> traced output`` doing ``block._trace(tr, x)``, faster."""
-    memo = {} if memo is None else memo
+class Memo:
+    """What one closure build shares: the declarations' closures (to close recursive loops) and
+    whether pipes trace their fused runs (``_fusion.py``)."""
+
+    def __init__(self, fuse: bool) -> None:
+        self.fuse = fuse
+        self.decls: dict[int, list[Fn]] = {}
+
+
+def trace_fn(block: Block, tr: Tracer, memo: Memo | None = None, *, fuse: bool = False) -> Fn:
+    """A function ``x -> traced output`` doing ``block._trace(tr, x)``, faster.
+
+    With ``fuse``, each ``Pipe`` traces its runs of op blocks as one fused op (the compiler
+    must then know those ops: ``collect_ops(root, fuse=True)``).
+    """
+    memo = Memo(fuse) if memo is None else memo
     for cls in type(block).__mro__:
         make = _MAKERS.get(cls)
         if make is not None and type(block)._trace is cls._trace:
@@ -47,7 +60,8 @@ def trace_fn(block: Block, tr: Tracer, memo: Memo | None = None) -> Fn:
 
 
 def _pipe(b: Pipe, tr: Tracer, memo: Memo) -> Fn:
-    fns = [trace_fn(c, tr, memo) for c in b.blocks]
+    blocks = fused_blocks(b) if memo.fuse else b.blocks
+    fns = [trace_fn(c, tr, memo) for c in blocks]
     if len(fns) == 2:
         first, second = fns
         return lambda x: second(first(x))
@@ -165,9 +179,9 @@ def _one_of(b: OneOf, tr: Tracer, memo: Memo) -> Fn:
 def _forward_ref(b: _ForwardRef, tr: Tracer, memo: Memo) -> Fn:
     # The declaration's closure is built once; uses inside it (recursion) find the cell filled
     # by the time they run.
-    cell = memo.get(id(b.decl))
+    cell = memo.decls.get(id(b.decl))
     if cell is None:
-        cell = memo[id(b.decl)] = []
+        cell = memo.decls[id(b.decl)] = []
         cell.append(trace_fn(b.decl.block, tr, memo))  # type: ignore[arg-type]
     if cell:
         return cell[0]

@@ -92,7 +92,8 @@ class BatchTrace:
 class TraceCache:
     """Maps inputs (by identity) to their frozen traces, for one compiled block."""
 
-    def __init__(self) -> None:
+    def __init__(self, fuse: bool = False) -> None:
+        self.fuse = fuse  # trace pipes' runs of op blocks as fused ops (see ``trace_batch``)
         self._entries: dict[int, _InputTrace] = {}
         # One trace reused (reset) for every new input, with its tracing closure built once.
         self._tracer: tuple[Block, Trace, Any] | None = None
@@ -111,7 +112,7 @@ class TraceCache:
             return entry
         if self._tracer is None or self._tracer[0] is not block:
             tr = Trace(ops)
-            self._tracer = (block, tr, trace_fn(block, tr))
+            self._tracer = (block, tr, trace_fn(block, tr, fuse=self.fuse))
         _, tr, run = self._tracer
         tr.reset()
         try:

@@ -190,9 +190,14 @@ class Trace:
 
 
 def trace_batch(
-    block: Block, ops: Sequence[Op], inputs: Sequence[Any], output_type: Type
+    block: Block,
+    ops: Sequence[Op],
+    inputs: Sequence[Any],
+    output_type: Type,
+    fuse: bool = False,
 ) -> tuple[Trace, np.ndarray]:
-    """Traces ``block`` over every input into one ``Trace``.
+    """Traces ``block`` over every input into one ``Trace`` (``fuse``: pipes' runs of op blocks
+    as fused ops, which ``ops`` must include).
 
     Returns the trace and an ``(len(inputs), k)`` array of the value ids of each input's ``k``
     output tensors (the root output flattened).
@@ -204,7 +209,7 @@ def trace_batch(
     void = isinstance(output_type, VoidType)
     flatten = None if void else structure_flattener(output_type)
     outs: list[list[int]] = []
-    run = trace_fn(block, tr)
+    run = trace_fn(block, tr, fuse=fuse)
     for k, x in enumerate(inputs):
         tr.current_input = k
         try:

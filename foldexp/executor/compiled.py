@@ -15,7 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from foldexp.blocks._base import Block, convert_to_block
+from foldexp.blocks._base import Block, Pipe, convert_to_block
+from foldexp.blocks._fusion import FusedOps, fused_blocks
 from foldexp.blocks._ops import Op, structure_builder
 from foldexp.compiler.cache import TraceCache
 from foldexp.compiler.schedule import Plan, schedule
@@ -26,8 +27,9 @@ from foldexp.types import PyObjectType, Type, VoidType, is_tensor_tree
 __all__ = ["Compiler", "collect_ops"]
 
 
-def collect_ops(root: Block) -> list[Op]:
-    """Every operation reachable from ``root``, in a stable (depth-first) order."""
+def collect_ops(root: Block, fuse: bool = False) -> list[Op]:
+    """Every operation reachable from ``root``, in a stable (depth-first) order; with ``fuse``
+    also the fused ops of every pipe's runs of op blocks (``blocks/_fusion.py``)."""
     ops: list[Op] = []
     seen_ops: set[int] = set()
     seen: set[int] = set()
@@ -41,7 +43,12 @@ def collect_ops(root: Block) -> list[Op]:
         if isinstance(op, Op) and id(op) not in seen_ops:
             seen_ops.add(id(op))
             ops.append(op)
-        stack.extend(reversed(b.children()))
+        children = b.children()
+        if fuse and isinstance(b, Pipe):
+            # The unfused blocks stay too: a block traced through ``_trace`` (inside a ``Map``,
+            # say) invokes them one by one.
+            children = [*children, *(f for f in fused_blocks(b) if isinstance(f, FusedOps))]
+        stack.extend(reversed(children))
     return ops
 
 
@@ -57,6 +64,9 @@ class Compiler(nn.Module):
         cache_traces: keep each input's trace and reuse it when the same (unmutated) input
             object comes back in a later batch — an epoch then costs only scheduling. See
             ``foldexp/compiler/cache.py``.
+        fuse_ops: trace each run of two or more op blocks in a ``Pipe`` (``Function >>
+            Function``) as one operation: fewer invocations, calls and buffer writes, the same
+            results; depths and call counts then count a run once (``blocks/_fusion.py``).
 
     Attributes:
         last_stats: counters of the latest call — ``calls`` (operation launches), ``nodes``,
@@ -66,7 +76,11 @@ class Compiler(nn.Module):
     """
 
     def __init__(
-        self, block: Any, input_type: Type | None = None, cache_traces: bool = False
+        self,
+        block: Any,
+        input_type: Type | None = None,
+        cache_traces: bool = False,
+        fuse_ops: bool = True,
     ) -> None:
         super().__init__()
         root = convert_to_block(block)
@@ -78,14 +92,15 @@ class Compiler(nn.Module):
             )
         self.root = root
         self.output_type = out
-        self.ops = collect_ops(root)
+        self.fuse_ops = fuse_ops
+        self.ops = collect_ops(root, fuse=fuse_ops)
         modules: list[nn.Module] = []
         for op in self.ops:
             if op.module is not None and all(op.module is not m for m in modules):
                 modules.append(op.module)
         self.layers = nn.ModuleList(modules)
         self._build_output = None if isinstance(out, VoidType) else structure_builder(out)
-        self.trace_cache = TraceCache() if cache_traces else None
+        self.trace_cache = TraceCache(fuse=fuse_ops) if cache_traces else None
         self.last_stats: dict[str, float] = {}
         self.last_metrics: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -104,7 +119,9 @@ class Compiler(nn.Module):
                 self.root, self.ops, inputs, self.output_type
             )
         else:
-            trace, out_vids = trace_batch(self.root, self.ops, inputs, self.output_type)
+            trace, out_vids = trace_batch(
+                self.root, self.ops, inputs, self.output_type, fuse=self.fuse_ops
+            )
         t1 = time.perf_counter()
         plan = schedule(trace, out_vids)
         plan.trace_seconds = t1 - t0  # type: ignore[attr-defined]

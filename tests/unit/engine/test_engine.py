@@ -22,16 +22,19 @@ def balanced_tree(n_leaves: int, rng: np.random.Generator) -> tuple:
     return (balanced_tree(half, rng), balanced_tree(n_leaves - half, rng))
 
 
-def test_each_op_runs_at_most_once_per_depth_on_256_balanced_trees(rng) -> None:
-    model = Compiler(tree_lstm_classifier(50, 8, 8, 5))
+@pytest.mark.parametrize("fuse", [False, True])
+def test_each_op_runs_at_most_once_per_depth_on_256_balanced_trees(rng, fuse: bool) -> None:
+    model = Compiler(tree_lstm_classifier(50, 8, 8, 5), fuse_ops=fuse)
     trees = [balanced_tree(128, rng) for _ in range(256)]
     plan = model.build(trees)
     pairs = [(g.op, g.depth) for g in plan.groups]
     assert len(pairs) == len(set(pairs))
-    # embedding, leaf cell, 7 levels of the binary cell, output layer: 10 calls, depth 10.
-    assert plan.max_depth == 10
-    assert plan.num_calls == 10
-    assert plan.num_nodes == 256 * (128 + 128 + 127 + 1)
+    if fuse:  # embedding >> leaf cell as one op, 7 levels of the binary cell, output layer
+        assert (plan.max_depth, plan.num_calls) == (9, 9)
+        assert plan.num_nodes == 256 * (128 + 127 + 1)
+    else:  # embedding, leaf cell, 7 levels of the binary cell, output layer
+        assert (plan.max_depth, plan.num_calls) == (10, 10)
+        assert plan.num_nodes == 256 * (128 + 128 + 127 + 1)
     one = model.build(trees[:1])
     assert one.num_calls == plan.num_calls  # launches do not grow with the batch
 
@@ -50,7 +53,8 @@ def test_schedule_is_printable(rng) -> None:
     lines = text.splitlines()
     assert lines[0].startswith("schedule: 3 inputs")
     assert any("BinaryTreeLSTMCell" in ln and "x6" in ln and "4x(8,)" in ln for ln in lines)
-    assert len(lines) == 1 + 5  # embedding, leaf, 2 cell levels, output
+    assert any("Embedding >> TreeLSTMLeaf" in ln and "x12" in ln for ln in lines)  # fused
+    assert len(lines) == 1 + 4  # embedding >> leaf, 2 cell levels, output
 
 
 def test_plan_pickles_and_runs_after_round_trip(rng) -> None:
@@ -101,7 +105,8 @@ def test_last_stats_are_reported(rng) -> None:
     model = Compiler(tree_lstm_classifier(50, 8, 8, 5))
     model([random_tree(5, 50, rng)])
     stats = model.last_stats
-    assert stats["calls"] > 0 and stats["max_depth"] >= 3 and stats["nodes"] == 5 + 5 + 4 + 1
+    # 5 leaves (embedding >> leaf cell, fused), 4 internal nodes, the output layer
+    assert stats["calls"] > 0 and stats["max_depth"] >= 3 and stats["nodes"] == 5 + 4 + 1
     assert stats["trace"] >= 0 and stats["schedule"] >= 0 and stats["execute"] > 0
 
 
