@@ -4,7 +4,8 @@ Every implementation computes the same thing on the same trees -- leaf ``(h, c)`
 word's embedding, internal nodes by ``BinaryTreeLSTMCell``, logits from the root's ``h``, mean
 cross-entropy, backward -- with the same modules, so only the batching differs:
 
-- ``engine``: foldexp (``Compiler.build`` traces and schedules, ``run`` executes);
+- ``engine``: foldexp (``Compiler.build`` traces and schedules, ``run`` executes); also with
+  per-input traces cached (``engine_cached``) and in DyNet's agenda order (``engine_agenda``);
 - ``loop``: plain PyTorch, each tree evaluated node by node (no batching at all);
 - ``level``: hand-written level-by-level batching: number the nodes of the whole batch by
   height, then one cell call per height, children gathered from the levels below;
@@ -57,7 +58,11 @@ Step = Callable[[], dict[str, Any]]
 
 
 def _engine(
-    m: TreeLSTMParams, trees: list, labels: torch.Tensor, cache_traces: bool = False
+    m: TreeLSTMParams,
+    trees: list,
+    labels: torch.Tensor,
+    cache_traces: bool = False,
+    schedule_order: str = "depth",
 ) -> tuple[Step, dict]:
     import foldexp
     import foldexp.blocks as fb
@@ -67,7 +72,11 @@ def _engine(
     leaf = fb.GetItem(0) >> fb.Scalar("int64") >> fb.Function(m.embed) >> fb.Function(m.leaf)
     pair = fb.AllOf(fb.GetItem(0) >> tree(), fb.GetItem(1) >> tree()) >> fb.Function(m.cell)
     tree.resolve_to(fb.OneOf(key_fn=len, case_blocks=[(1, leaf), (2, pair)]))
-    model = Compiler(tree() >> fb.GetItem(0) >> fb.Function(m.out), cache_traces=cache_traces)
+    model = Compiler(
+        tree() >> fb.GetItem(0) >> fb.Function(m.out),
+        cache_traces=cache_traces,
+        schedule_order=schedule_order,
+    )
 
     def step() -> dict[str, Any]:
         plan = model.build(trees)
@@ -290,9 +299,16 @@ def _engine_cached(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tupl
     return _engine(m, trees, labels, cache_traces=True)
 
 
+def _engine_agenda(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
+    # DyNet's agenda order instead of depth: the classifier over roots of different heights
+    # becomes one call instead of one per height.
+    return _engine(m, trees, labels, schedule_order="agenda")
+
+
 IMPLS = {
     "engine": _engine,
     "engine_cached": _engine_cached,
+    "engine_agenda": _engine_agenda,
     "loop": _loop,
     "level": _level,
     "torchfold": _torchfold,

@@ -33,6 +33,7 @@ __all__ = ["PEERS", "peer_cells"]
 PEERS = {
     "engine": "foldexp engine (trace + schedule + run)",
     "engine_cached": "foldexp engine, per-input traces cached (schedule + run)",
+    "engine_agenda": "foldexp engine, DyNet's agenda order instead of depth",
     "loop": "plain per-tree PyTorch loop",
     "level": "hand-written level-by-level batching (PyTorch)",
     "dynet": "DyNet, autobatch off",

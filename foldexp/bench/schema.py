@@ -60,6 +60,7 @@ class PeersConfig:
         default_factory=lambda: [
             "engine",
             "engine_cached",
+            "engine_agenda",
             "loop",
             "level",
             "dynet",

@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from foldexp.compiler.agenda import agenda_levels
 from foldexp.compiler.trace import Trace
 
 if TYPE_CHECKING:
     from foldexp.compiler.cache import BatchTrace
 from foldexp.types import TensorType
 
-__all__ = ["Gather", "Group", "Plan", "schedule"]
+__all__ = ["ORDERS", "Gather", "Group", "Plan", "schedule"]
 
 Index = slice | torch.Tensor  # rows of a buffer: a contiguous range, or explicit row numbers
 
@@ -137,8 +138,18 @@ def _stack_payloads(t: TensorType, payloads: list[Any]) -> torch.Tensor:
     return torch.as_tensor(arr, dtype=t.dtype).reshape(len(payloads), *t.shape)
 
 
-def schedule(trace: Trace | BatchTrace, out_vids: np.ndarray) -> Plan:
-    """Turns a trace into a ``Plan``: groups by (depth, op), buffer layout, row indices."""
+ORDERS = ("depth", "agenda")
+
+
+def schedule(trace: Trace | BatchTrace, out_vids: np.ndarray, order: str = "depth") -> Plan:
+    """Turns a trace into a ``Plan``: groups by (depth, op), buffer layout, row indices.
+
+    ``order="agenda"`` groups by DyNet's agenda steps instead of depths (``agenda.py``); the
+    groups' ``depth`` field then holds the step.
+    """
+    if order not in ORDERS:
+        raise ValueError(f"schedule order {order!r}; expected one of {ORDERS}")
+    steps = agenda_levels(trace) if order == "agenda" else None
     row = np.full(trace.num_values, -1, dtype=np.int64)  # value id → row in its type's buffer
     cursor: list[int] = []
     val_tid = np.full(trace.num_values, -1, dtype=np.int64)  # value id → tensor type id
@@ -157,7 +168,7 @@ def schedule(trace: Trace | BatchTrace, out_vids: np.ndarray) -> Plan:
         out_tids.append([trace.type_id(t) for t in op.out_types])
         if len(trace.op_depth[i]) == 0:
             continue
-        depth = np.asarray(trace.op_depth[i], dtype=np.int64)
+        depth = steps[i] if steps is not None else np.asarray(trace.op_depth[i], np.int64)
         first = np.asarray(trace.op_first[i], dtype=np.int64)
         args = np.asarray(trace.op_args[i], dtype=np.int64).reshape(len(depth), len(op.in_types))
         order = np.argsort(depth, kind="stable")

@@ -19,7 +19,7 @@ from foldexp.blocks._base import Block, Pipe, convert_to_block
 from foldexp.blocks._fusion import FusedOps, fused_blocks
 from foldexp.blocks._ops import Op, structure_builder
 from foldexp.compiler.cache import TraceCache
-from foldexp.compiler.schedule import Plan, schedule
+from foldexp.compiler.schedule import ORDERS, Plan, schedule
 from foldexp.compiler.trace import trace_batch
 from foldexp.executor.run import execute
 from foldexp.types import PyObjectType, Type, VoidType, is_tensor_tree
@@ -67,6 +67,9 @@ class Compiler(nn.Module):
         fuse_ops: trace each run of two or more op blocks in a ``Pipe`` (``Function >>
             Function``) as one operation: fewer invocations, calls and buffer writes, the same
             results; depths and call counts then count a run once (``blocks/_fusion.py``).
+        schedule_order: ``depth`` (the Fold paper: one call per op and depth) or ``agenda``
+            (DyNet's autobatching order: run every ready invocation of the op with the lowest
+            average depth; ``foldexp/compiler/agenda.py``).
 
     Attributes:
         last_stats: counters of the latest call — ``calls`` (operation launches), ``nodes``,
@@ -81,6 +84,7 @@ class Compiler(nn.Module):
         input_type: Type | None = None,
         cache_traces: bool = False,
         fuse_ops: bool = True,
+        schedule_order: str = "depth",
     ) -> None:
         super().__init__()
         root = convert_to_block(block)
@@ -92,7 +96,9 @@ class Compiler(nn.Module):
             )
         self.root = root
         self.output_type = out
-        self.fuse_ops = fuse_ops
+        if schedule_order not in ORDERS:
+            raise ValueError(f"schedule_order={schedule_order!r}; expected one of {ORDERS}")
+        self.fuse_ops, self.schedule_order = fuse_ops, schedule_order
         self.ops = collect_ops(root, fuse=fuse_ops)
         modules: list[nn.Module] = []
         for op in self.ops:
@@ -123,7 +129,7 @@ class Compiler(nn.Module):
                 self.root, self.ops, inputs, self.output_type, fuse=self.fuse_ops
             )
         t1 = time.perf_counter()
-        plan = schedule(trace, out_vids)
+        plan = schedule(trace, out_vids, self.schedule_order)
         plan.trace_seconds = t1 - t0  # type: ignore[attr-defined]
         plan.schedule_seconds = time.perf_counter() - t1  # type: ignore[attr-defined]
         return plan

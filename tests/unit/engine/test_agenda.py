@@ -1,0 +1,60 @@
+"""DyNet's agenda order (``Compiler(schedule_order="agenda")``): the same values and gradients
+as depth batching, and never more calls on these workloads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import foldexp.blocks as fb
+from foldexp import Compiler
+from foldexp.compiler.agenda import agenda_levels
+from foldexp.compiler.trace import trace_batch
+from foldexp.models.tree_lstm import random_tree, tree_lstm_classifier
+
+
+def _agree(block: fb.Block, inputs: list) -> tuple[int, int]:
+    depth, agenda = Compiler(block), Compiler(block, schedule_order="agenda")
+    a, b = depth(inputs), agenda(inputs)
+    torch.testing.assert_close(a, b)
+    ga = torch.autograd.grad(a.square().sum(), list(depth.parameters()))
+    gb = torch.autograd.grad(b.square().sum(), list(agenda.parameters()))
+    for x, y in zip(ga, gb):
+        torch.testing.assert_close(x, y)
+    return depth.last_stats["calls"], agenda.last_stats["calls"]
+
+
+def test_trees_of_different_heights_share_the_classifier_call(rng) -> None:
+    trees = [random_tree(int(n), 30, rng) for n in rng.integers(1, 40, size=64)]
+    by_depth, by_agenda = _agree(tree_lstm_classifier(30, 6, 6, 3), trees)
+    assert by_agenda < by_depth
+
+
+def test_sequences_agree(rng) -> None:
+    rnn = fb.Map(fb.Vector(2)) >> fb.Fold(fb.Concat() >> fb.FC(2), fb.Zeros(2))
+    seqs = [rng.normal(size=(int(n), 2)).tolist() for n in rng.integers(0, 9, size=10)]
+    by_depth, by_agenda = _agree(rnn >> fb.FC(3), seqs)
+    assert by_agenda <= by_depth
+
+
+def test_every_invocation_runs_after_its_arguments(rng) -> None:
+    compiler = Compiler(tree_lstm_classifier(30, 6, 6, 3))
+    trees = [random_tree(int(n), 30, rng) for n in rng.integers(1, 20, size=16)]
+    trace, _ = trace_batch(compiler.root, compiler.ops, trees, compiler.output_type, fuse=True)
+    steps = agenda_levels(trace)
+    step_of_value = np.full(trace.num_values, -1)
+    for i, op in enumerate(trace.ops):
+        first = np.asarray(trace.op_first[i], dtype=np.int64)
+        for k in range(op.n_out):
+            step_of_value[first + k] = steps[i]
+    for i, op in enumerate(trace.ops):
+        if not len(steps[i]):
+            continue
+        args = np.asarray(trace.op_args[i]).reshape(len(steps[i]), len(op.in_types))
+        assert (step_of_value[args].max(axis=1) < steps[i]).all()
+
+
+def test_an_unknown_order_fails_at_construction() -> None:
+    with pytest.raises(ValueError, match=r"schedule_order='dynet'; expected one of"):
+        Compiler(fb.Vector(2) >> fb.FC(2), schedule_order="dynet")
