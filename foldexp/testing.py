@@ -21,7 +21,7 @@ from foldexp.blocks._base import Block, convert_to_block
 from foldexp.executor.compiled import Compiler
 from foldexp.types import Type
 
-__all__ = ["check_block", "flatten_tensors"]
+__all__ = ["check_block", "assert_compilers_agree", "flatten_tensors"]
 
 
 def flatten_tensors(value: Any) -> list[torch.Tensor]:
@@ -119,6 +119,18 @@ def check_block(
                 f"gradient of parameter {i} {tuple(params[i].shape)}: batched vs eager",
             )
     return compiler
+
+
+def assert_compilers_agree(first: Compiler, second: Compiler, inputs: Sequence[Any]) -> None:
+    """Two compilers of the same block (other options: caching, fusion, order) give the same
+    outputs and the same parameter gradients of a sum-of-squares loss on ``inputs``."""
+    a, b = first(list(inputs)), second(list(inputs))
+    torch.testing.assert_close(a, b)
+    ga = torch.autograd.grad(a.square().sum(), list(first.parameters()))
+    gb = torch.autograd.grad(b.square().sum(), list(second.parameters()))
+    assert len(ga) == len(gb)
+    for x, y in zip(ga, gb):
+        torch.testing.assert_close(x, y)
 
 
 def _as_tensors(value: Any) -> Any:

@@ -5,23 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 import foldexp.blocks as fb
 from foldexp import Compiler
 from foldexp.compiler.agenda import agenda_levels
 from foldexp.compiler.trace import trace_batch
 from foldexp.models.tree_lstm import random_tree, tree_lstm_classifier
+from foldexp.testing import assert_compilers_agree
 
 
 def _agree(block: fb.Block, inputs: list) -> tuple[int, int]:
     depth, agenda = Compiler(block), Compiler(block, schedule_order="agenda")
-    a, b = depth(inputs), agenda(inputs)
-    torch.testing.assert_close(a, b)
-    ga = torch.autograd.grad(a.square().sum(), list(depth.parameters()))
-    gb = torch.autograd.grad(b.square().sum(), list(agenda.parameters()))
-    for x, y in zip(ga, gb):
-        torch.testing.assert_close(x, y)
+    assert_compilers_agree(depth, agenda, inputs)
     return depth.last_stats["calls"], agenda.last_stats["calls"]
 
 
