@@ -19,6 +19,7 @@ from typing import Any
 from foldexp.blocks._base import Block, InputError, Pipe, Tracer
 from foldexp.blocks._fusion import fused_blocks
 from foldexp.blocks._metrics import Metric
+from foldexp.blocks._sequences import Fold, Map, Repeat, _as_list
 from foldexp.blocks._structure import (
     AllOf,
     GetItem,
@@ -188,6 +189,40 @@ def _forward_ref(b: _ForwardRef, tr: Tracer, memo: Memo) -> Fn:
     return lambda x: cell[0](x)
 
 
+def _map(b: Map, tr: Tracer, memo: Memo) -> Fn:
+    elem = trace_fn(b.elem_block, tr, memo)
+    if b._broadcast:
+        return lambda x: Repeat(elem(x.value))
+
+    def run(x: Any) -> Any:
+        out = []
+        for i, item in enumerate(_as_list(b, x)):
+            try:
+                out.append(elem(item))
+            except InputError as e:
+                e.path.insert(0, i)
+                raise
+        return out
+
+    return run
+
+
+def _fold(b: Fold, tr: Tracer, memo: Memo) -> Fn:
+    start, combine = trace_fn(b.start_block, tr, memo), trace_fn(b.combine_block, tr, memo)
+
+    def run(x: Any) -> Any:
+        state = start(None)
+        for i, item in enumerate(_as_list(b, x)):
+            try:
+                state = combine((state, item))
+            except InputError as e:
+                e.path.insert(0, i)
+                raise
+        return state
+
+    return run
+
+
 def _metric(b: Metric, tr: Tracer, memo: Memo) -> Fn:
     record, name = tr.metric, b.metric_name
 
@@ -209,4 +244,6 @@ _MAKERS: dict[type, Callable[[Any, Tracer, Memo], Fn]] = {
     OneOf: _one_of,
     _ForwardRef: _forward_ref,
     Metric: _metric,
+    Map: _map,
+    Fold: _fold,
 }

@@ -80,11 +80,14 @@ def test_only_plain_op_blocks_fuse() -> None:
     assert blocks[1].parts == pipe.blocks[1:3]
 
 
-def test_blocks_traced_one_by_one_inside_a_map_still_compile() -> None:
-    # Map has no tracing closure: its items go through ``_trace``, which runs the unfused ops.
+def test_runs_fuse_inside_a_map_and_unfused_inside_a_reduce() -> None:
+    # Map has a tracing closure, so its item pipe fuses; Reduce traces through ``_trace``, which
+    # invokes the unfused ops — both must compile and match eager.
     item = fb.Vector(3) >> fb.FC(4) >> fb.FC(2)
-    block = fb.Map(item) >> fb.Sum()
-    check_block(block, [[[1.0, 2.0, 3.0]] * n for n in (1, 2, 3)])
+    compiler = check_block(fb.Map(item) >> fb.Sum(), [[[1.0, 2.0, 3.0]] * n for n in (1, 2, 3)])
+    assert any(" >> " in op.name for op in compiler.ops)
+    pair = fb.Concat() >> fb.FC(2) >> fb.FC(2)
+    check_block(fb.Map(fb.Vector(2)) >> fb.Reduce(pair), [[[1.0, 2.0]] * n for n in (1, 2, 5)])
 
 
 def test_fusion_crosses_no_recursion() -> None:

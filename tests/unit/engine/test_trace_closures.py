@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 import foldexp.blocks as fb
 from foldexp import Compiler
@@ -53,7 +54,6 @@ def _case_labelled_trees() -> tuple[Compiler, list[Any]]:
 
 
 def _case_sequences() -> tuple[Compiler, list[Any]]:
-    # Map and Fold have no closure of their own: their items go through ``_trace``.
     block = fb.Map(fb.Vector(2)) >> fb.Fold(fb.Concat() >> fb.FC(2), fb.Zeros(2))
     return Compiler(block), [[[1.0, 2.0]] * n for n in range(5)]
 
@@ -90,6 +90,15 @@ def test_a_block_overriding_trace_is_traced_by_its_own_method() -> None:
             r"key 2 matches no case; cases are \[1\]",
         ),
         (fb.InputTransform(lambda x: 1 / x) >> fb.Scalar(), [0], r"ZeroDivisionError"),
+        (fb.Map(fb.Scalar()) >> fb.Sum(), [[1.0], [2.0, "x"]], r"at input\[1\]\[1\] in Scalar"),
+        (
+            # the combine reads (state, element): element 1 of input 0 is field 1 of the pair
+            fb.Fold(
+                fb.Record((fb.Identity(), fb.Scalar())) >> fb.Function(torch.add), fb.Zeros(())
+            ),
+            [[1.0, None]],
+            r"at input\[0\]\[1\]\[1\] in Scalar",
+        ),
     ],
 )
 def test_closure_errors_match_the_blocks(block: fb.Block, bad: list[Any], message: str) -> None:
