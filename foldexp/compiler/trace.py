@@ -44,7 +44,7 @@ class Trace:
         self.op_first: list[list[int]] = [[] for _ in self.ops]  # per op: first output value id
         self.op_args: list[list[int]] = [[] for _ in self.ops]  # per op: flat argument ids
         self.zero_vid: dict[TensorType, int] = {}
-        self._records: dict[Op, tuple[list[int], list[int], list[int], int]] = {}
+        self._appliers: dict[Op, Any] = {}  # ``apply``'s per-op recorders (see ``applier``)
         self.metrics: dict[str, tuple[list[int], list[int]]] = {}  # name → (input#, value id)
         self.current_input = 0
 
@@ -91,27 +91,10 @@ class Trace:
         return vid
 
     def apply(self, op: Op, args: list[int]) -> list[int]:
-        rec = self._records.get(op)
-        if rec is None:
-            i = self.op_index[op]
-            rec = self._records[op] = (
-                self.op_depth[i],
-                self.op_first[i],
-                self.op_args[i],
-                op.n_out,
-            )
-        depths, firsts, flat_args, n = rec
-        vd = self.val_depth
-        d = (vd[args[0]] if len(args) == 1 else max(map(vd.__getitem__, args))) + 1
-        first = len(vd)
-        depths.append(d)
-        firsts.append(first)
-        flat_args.extend(args)
-        if n == 1:
-            vd.append(d)
-            return [first]
-        vd.extend([d] * n)
-        return list(range(first, first + n))
+        run = self._appliers.get(op)
+        if run is None:
+            run = self._appliers[op] = self.applier(op)
+        return run(args)
 
     def applier(self, op: Op, single: bool = False) -> Callable[..., Any]:
         """``apply`` for one op, with its lists bound: ``f(args) -> outputs``, or with
