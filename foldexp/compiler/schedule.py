@@ -106,11 +106,12 @@ class Plan:
             f"schedule: {self.num_inputs} inputs, {self.num_nodes} nodes, "
             f"{self.num_calls} calls, max depth {self.max_depth}"
         ]
+        width = max([24, *(len(self.op_names[g.op]) for g in self.groups)])
         for g in self.groups:
             ins = ", ".join(f"{len(ga.positions)}x{_shape(self.types[ga.tid])}" for ga in g.gathers)
             outs = ", ".join(_shape(self.types[t]) for t, _, _ in g.outs)
             lines.append(
-                f"  depth {g.depth:3d}  {self.op_names[g.op]:<24s} x{g.count:<6d} "
+                f"  depth {g.depth:3d}  {self.op_names[g.op]:<{width}s} x{g.count:<6d} "
                 f"in: {ins or '-'}  out: {outs}"
             )
         return "\n".join(lines)
