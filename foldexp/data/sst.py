@@ -145,18 +145,8 @@ def root_only(tree: Tree) -> Tree:
 
 
 def _relabel(tree: Tree, new_label) -> Tree:
-    """Rebuild ``tree`` with ``new_label(label, is_root)`` on every node (post-order stack)."""
-    make = Tree._make
-    stack: list[Tree] = []
-    for node in tree.nodes():
-        arity = len(node.children)
-        if arity:
-            kids = tuple(stack[-arity:])
-            del stack[-arity:]
-        else:
-            kids = ()
-        stack.append(make(new_label(node.label, node is tree), node.word, kids))
-    return stack[0]
+    """Rebuild ``tree`` with ``new_label(label, is_root)`` on every node."""
+    return tree.map(lambda node, _kids: (new_label(node.label, node is tree), node.word))
 
 
 def label_counts(trees: Iterable[Tree], *, nodes: Labels = "root") -> Counter[int]:
