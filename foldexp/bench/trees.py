@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from foldexp.data.synthetic import split_plan
+
 __all__ = [
     "SHAPES",
     "make_tree",
@@ -48,18 +50,7 @@ def make_tree(n_leaves: int, vocab_size: int, rng: np.random.Generator, shape: s
         raise ValueError(f"a tree needs at least one leaf, got {n_leaves}")
     words = rng.integers(vocab_size, size=n_leaves).tolist()
     u = rng.random(n_leaves).tolist()
-    # Pre-order pass: each node's (leaf count, first leaf); reversed, it is children-first.
-    order: list[tuple[int, int]] = []
-    stack = [(n_leaves, 0)]
-    j = 0
-    while stack:
-        k, first = stack.pop()
-        order.append((k, first))
-        if k > 1:
-            left = _split(shape, k, u[j])
-            j += 1
-            stack.append((k - left, first + left))
-            stack.append((left, first))
+    order = split_plan(n_leaves, lambda k, j: _split(shape, k, u[j]))
     built: list[Any] = []
     for k, first in reversed(order):
         if k == 1:

@@ -23,6 +23,7 @@ import numpy as np
 from foldexp.data.trees import Tree
 
 __all__ = [
+    "split_plan",
     "Graph",
     "balanced_tree",
     "chain_tree",
@@ -47,6 +48,27 @@ def _id_text(ids: np.ndarray) -> list[str]:
     return [table[i] for i in ids.tolist()]
 
 
+def split_plan(n_leaves: int, split: Callable[[int, int], int]) -> list[tuple[int, int]]:
+    """A binary tree's shape, without recursion: ``(leaf count, first leaf)`` of every node in
+    pre-order (node, left subtree, right subtree); reversed, children come before parents.
+
+    ``split(k, j)`` gives the leaves of the left subtree of the ``j``-th internal node (counted
+    in pre-order), which has ``k`` leaves, so a split function can use pre-drawn randoms.
+    """
+    order: list[tuple[int, int]] = []
+    stack = [(n_leaves, 0)]
+    internal = 0
+    while stack:
+        k, first = stack.pop()
+        order.append((k, first))
+        if k > 1:
+            left = split(k, internal)
+            internal += 1
+            stack.append((k - left, first + left))
+            stack.append((left, first))
+    return order
+
+
 def _build(
     n_leaves: int,
     vocab_size: int,
@@ -67,18 +89,7 @@ def _build(
     rng = np.random.default_rng(rng)
     words = _id_text(rng.integers(vocab_size, size=n_leaves))
     labels = rng.integers(n_classes, size=2 * n_leaves - 1).tolist()
-    # Pass 1, pre-order: decide each node's leaf count and first leaf without recursion.
-    order: list[tuple[int, int]] = []
-    stack = [(n_leaves, 0)]
-    internal = 0
-    while stack:
-        k, first = stack.pop()
-        order.append((k, first))
-        if k > 1:
-            left = split(k, internal)
-            internal += 1
-            stack.append((k - left, first + left))
-            stack.append((left, first))
+    order = split_plan(n_leaves, split)
     # Pass 2, reversed pre-order: right subtree, then left, then the node -- children first.
     make = Tree._make
     built: list[Tree] = []
