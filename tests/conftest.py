@@ -67,3 +67,24 @@ def run_foldexp() -> Callable[..., subprocess.CompletedProcess]:
         return proc
 
     return run
+
+
+@pytest.fixture(scope="session")
+def toy_bench() -> list[str]:
+    """``foldexp bench`` overrides for a run of a few seconds (shared by the bench unit tests and
+    the CLI smoke test)."""
+    return [
+        "bench.state_size=8",
+        "bench.leaves=6",
+        "bench.vocab_size=6",
+        "bench.batch_sizes=[4,1]",
+        "bench.train_batch_sizes=[2,1]",
+        "bench.repeats=2",
+        "bench.warmup_trees=2",
+        "bench.boost_below=0",
+        "bench.progress=false",
+        "bench.scaling.leaves=[4,8]",
+        "bench.scaling.state_size=4",
+        "bench.scaling.batch_size=2",
+        "device.threads=1",
+    ]

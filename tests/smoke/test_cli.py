@@ -58,21 +58,11 @@ def test_python_dash_m(tmp_path: Path) -> None:
     assert proc.returncode == 0 and "commands:" in proc.stdout
 
 
-def test_bench_toy_run_then_report_redraws_plots(tmp_path: Path, run_foldexp) -> None:
+def test_bench_toy_run_then_report_redraws_plots(
+    tmp_path: Path, run_foldexp, toy_bench: list[str]
+) -> None:
     run = tmp_path / "bench"
-    toy = [
-        "bench.state_size=8",
-        "bench.leaves=6",
-        "bench.vocab_size=6",
-        "bench.batch_sizes=[4,1]",
-        "bench.train_batch_sizes=[2,1]",
-        "bench.repeats=2",
-        "bench.warmup_trees=2",
-        "bench.boost_below=0",
-        "bench.progress=false",
-        "device.threads=1",
-        "bench.experiments=[table1]",
-    ]
+    toy = [*toy_bench, "bench.experiments=[table1]"]
     run_foldexp(["bench", *toy, f"hydra.run.dir={run}"], tmp_path)
     pngs = sorted(run.glob("*.png"))
     assert (run / "bench.csv").exists() and (run / "bench.md").exists() and pngs

@@ -17,27 +17,13 @@ from foldexp.bench.results import CSV_NAME, FIELDS, to_frame
 from foldexp.bench.run import run_bench
 from foldexp.bench.timing import setup_env
 
-TOY = [
-    "bench.state_size=8",
-    "bench.leaves=6",
-    "bench.vocab_size=6",
-    "bench.batch_sizes=[4,1]",
-    "bench.train_batch_sizes=[2,1]",
-    "bench.repeats=2",
-    "bench.warmup_trees=2",
-    "bench.boost_below=0",
-    "bench.progress=false",
-    "bench.scaling.leaves=[4,8]",
-    "bench.scaling.state_size=4",
-    "bench.scaling.batch_size=2",
-    "device.threads=1",
-]
-
 
 @pytest.fixture(scope="module")
-def toy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
+def toy_run(
+    tmp_path_factory: pytest.TempPathFactory, toy_bench: list[str]
+) -> tuple[Path, pd.DataFrame]:
     out = tmp_path_factory.mktemp("bench")
-    cfg = compose_config([*TOY, "bench.experiments=[table1,scaling]"], output_dir=out)
+    cfg = compose_config([*toy_bench, "bench.experiments=[table1,scaling]"], output_dir=out)
     return out, run_bench(cfg)
 
 
@@ -94,9 +80,9 @@ def test_redraw_throughput_plots_from_a_handmade_csv(tmp_path: Path) -> None:
     assert {p.name for p in redraw(tmp_path)} == {"peers.png", "dynet_tasks.png"}
 
 
-def test_peers_and_dynet_tasks_run_side_by_side(tmp_path: Path) -> None:
+def test_peers_and_dynet_tasks_run_side_by_side(tmp_path: Path, toy_bench: list[str]) -> None:
     overrides = [
-        *TOY,
+        *toy_bench,
         "bench.experiments=[peers,dynet_tasks]",
         "bench.peers.implementations=[engine,level]",
         "bench.peers.trees=4",
