@@ -37,6 +37,10 @@ class NodeLabels(str, Enum):
     root = "root"
 
 
+class EmbeddingOptimizer(str, Enum):
+    sgd = "sgd"
+
+
 class SelectMode(str, Enum):
     max = "max"
     min = "min"
@@ -121,6 +125,7 @@ class TreeLSTMModelConfig:
     node_loss: bool = True
     embedding_lr: float | None = None
     embedding_weight_decay: float | None = None
+    embedding_optimizer: EmbeddingOptimizer | None = None
 
 
 @dataclass

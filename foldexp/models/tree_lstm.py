@@ -102,6 +102,8 @@ class TreeLSTMClassifier(nn.Module):
         node_loss: train on every labelled node (else the root only).
         embedding_lr, embedding_weight_decay: the word table's own optimizer settings
             (``None``: the optimizer's); see ``param_groups``.
+        embedding_optimizer: ``"sgd"`` updates the word table with plain SGD (Tai et al.
+            2015) at ``embedding_lr``; ``None``: with the main optimizer.
     """
 
     def __init__(
@@ -115,6 +117,7 @@ class TreeLSTMClassifier(nn.Module):
         node_loss: bool = True,
         embedding_lr: float | None = None,
         embedding_weight_decay: float | None = None,
+        embedding_optimizer: str | None = None,
         internal_words: bool = False,
         embeddings: np.ndarray | None = None,
         name: str = "tree_lstm",
@@ -161,10 +164,12 @@ class TreeLSTMClassifier(nn.Module):
         self.classify = nn.Linear(hidden_size, num_classes)
         self.embedding = embedding
         self.embedding_lr, self.embedding_weight_decay = embedding_lr, embedding_weight_decay
+        self.embedding_optimizer = embedding_optimizer
 
     def param_groups(self) -> list[dict[str, Any]]:
         """The word table apart from the rest, so it can learn at its own rate (Tai et al. 2015
-        update embeddings apart from the network); ``None`` values fall back to the optimizer's."""
+        update embeddings apart from the network, with plain SGD); ``None`` values fall back to the
+        optimizer's."""
         table = [self.embedding.weight]
         rest = [p for p in self.parameters() if p is not self.embedding.weight]
         emb: dict[str, Any] = {"params": table}
@@ -172,6 +177,9 @@ class TreeLSTMClassifier(nn.Module):
             emb["lr"] = self.embedding_lr
         if self.embedding_weight_decay is not None:
             emb["weight_decay"] = self.embedding_weight_decay
+        if self.embedding_optimizer:
+            opt = self.embedding_optimizer
+            emb["optimizer"] = str(getattr(opt, "value", opt))  # see foldexp.train.optim
         return [{"params": rest}, emb]
 
     def collate(self, trees: list[Any]) -> TreeBatch:

@@ -47,6 +47,7 @@ from foldexp.train.checkpoint import (
     set_rng_state,
 )
 from foldexp.train.loaders import RunLoaders
+from foldexp.train.optim import build_optimizer
 from foldexp.train.sampler import BALANCE_MODES, ShardedBatchSampler, example_sizes
 
 __all__ = ["run_train", "TrainingDiverged", "resolve_device"]
@@ -238,7 +239,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
     bundle = instantiate(cfg.dataset, _convert_="all")
     log.info("dataset %s: %s", cfg.dataset.name, bundle.sizes())
     model = instantiate(cfg.model, **bundle.info, _convert_="all").to(device)
-    optimizer = instantiate(cfg.optimizer)(_param_groups(model, cfg.optimizer.lr))
+    optimizer = build_optimizer(instantiate(cfg.optimizer), _param_groups(model, cfg.optimizer.lr))
     select, better = (
         tc.select_metric,
         (max if str(getattr(tc.select_mode, "value", tc.select_mode)) == "max" else min),

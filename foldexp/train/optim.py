@@ -1,0 +1,85 @@
+"""Optimizers from parameter groups, where a group may ask for an optimizer of its own.
+
+Tai et al. (2015) train the Tree-LSTM with Adagrad but update the word table with plain SGD.
+A model says so by putting ``"optimizer": "sgd"`` in that group (``model.param_groups()``);
+``build_optimizer`` then gives those groups their own optimizer and steps every optimizer as
+one, with one state dict, so checkpoints and resumption treat the pair as a single optimizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["GROUP_OPTIMIZERS", "OptimizerSet", "build_optimizer"]
+
+# What a group's ``"optimizer"`` key may name: an optimizer class taking (groups, lr=...).
+GROUP_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
+    "sgd": torch.optim.SGD,
+    "adagrad": torch.optim.Adagrad,
+    "adam": torch.optim.Adam,
+}
+
+
+class OptimizerSet:
+    """Several optimizers over disjoint parameters, used as one (``step``, ``zero_grad``,
+    ``state_dict``, ``load_state_dict``, ``param_groups``)."""
+
+    def __init__(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        self.optimizers = optimizers
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return [g for opt in self.optimizers for g in opt.param_groups]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        for opt in self.optimizers:
+            opt.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizers": [opt.state_dict() for opt in self.optimizers]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved = state.get("optimizers")
+        if saved is None or len(saved) != len(self.optimizers):
+            raise ValueError(
+                f"checkpoint holds {len(saved) if saved is not None else 'a single'} optimizer "
+                f"state(s), this run has {len(self.optimizers)} optimizers: was the checkpoint "
+                "written with another model.embedding_optimizer?"
+            )
+        for opt, s in zip(self.optimizers, saved):
+            opt.load_state_dict(s)
+
+
+def build_optimizer(
+    make_main: Callable[[list[dict[str, Any]]], torch.optim.Optimizer],
+    groups: list[dict[str, Any]],
+) -> torch.optim.Optimizer | OptimizerSet:
+    """``make_main(groups)`` for the groups that name no optimizer; each other group gets an
+    optimizer of the class its ``"optimizer"`` key names (``GROUP_OPTIMIZERS``), with its own
+    ``lr`` and ``weight_decay``. One optimizer when no group names one.
+
+    Raises:
+        ValueError: a group names an optimizer not in ``GROUP_OPTIMIZERS``.
+    """
+    main = [g for g in groups if not g.get("optimizer")]
+    own = [g for g in groups if g.get("optimizer")]
+    if not own:
+        return make_main(main)
+    optimizers = [make_main(main)] if main else []
+    for g in own:
+        name = str(g["optimizer"])
+        cls = GROUP_OPTIMIZERS.get(name)
+        if cls is None:
+            raise ValueError(
+                f"parameter group optimizer {name!r}; expected one of {sorted(GROUP_OPTIMIZERS)}"
+            )
+        group = {k: v for k, v in g.items() if k != "optimizer"}
+        optimizers.append(cls([group], lr=group["lr"]))
+    return OptimizerSet(optimizers)

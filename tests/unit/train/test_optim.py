@@ -1,0 +1,106 @@
+"""``build_optimizer``: a parameter group with an optimizer of its own (plain SGD on the word
+table, as Tai et al. 2015), stepped, saved and resumed as one optimizer."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from foldexp.train.app import compose_config
+from foldexp.train.loop import run_train
+from foldexp.train.optim import OptimizerSet, build_optimizer
+
+TINY = [
+    "dataset.n=300",
+    "trainer.batch_size=16",
+    "trainer.progress=false",
+    "trainer.plots=false",
+    "model.hidden_size=16",
+    "model.embed_size=8",
+]
+
+
+def _params() -> tuple[torch.nn.Parameter, torch.nn.Parameter]:
+    torch.manual_seed(0)
+    return torch.nn.Parameter(torch.randn(4, 3)), torch.nn.Parameter(torch.randn(5, 2))
+
+
+def _grads(*params: torch.nn.Parameter) -> None:
+    for p in params:
+        p.grad = torch.randn_like(p)
+
+
+def test_groups_without_an_optimizer_of_their_own_get_the_main_one() -> None:
+    w, e = _params()
+    opt = build_optimizer(partial(torch.optim.Adagrad, lr=0.1), [{"params": [w]}, {"params": [e]}])
+    assert isinstance(opt, torch.optim.Adagrad) and len(opt.param_groups) == 2
+
+
+def test_sgd_group_takes_plain_sgd_steps_and_the_rest_adagrad() -> None:
+    w, e = _params()
+    groups = [
+        {"params": [w], "lr": 0.1},
+        {"params": [e], "lr": 0.5, "weight_decay": 0.0, "optimizer": "sgd"},
+    ]
+    opt = build_optimizer(partial(torch.optim.Adagrad, lr=0.1), groups)
+    assert isinstance(opt, OptimizerSet)
+    assert [type(o) for o in opt.optimizers] == [torch.optim.Adagrad, torch.optim.SGD]
+    w0, e0 = w.detach().clone(), e.detach().clone()
+    _grads(w, e)
+    opt.step()
+    # SGD: exactly lr * grad; Adagrad's first step: lr * sign(grad) (g / sqrt(g^2)).
+    assert torch.allclose(e.detach(), e0 - 0.5 * e.grad)
+    assert torch.allclose(w.detach(), w0 - 0.1 * torch.sign(w.grad), atol=1e-6)
+    opt.zero_grad()
+    assert w.grad is None and e.grad is None
+
+
+def test_state_round_trips_and_a_mismatch_is_named() -> None:
+    w, e = _params()
+    groups = [{"params": [w], "lr": 0.1}, {"params": [e], "lr": 0.5, "optimizer": "sgd"}]
+    opt = build_optimizer(partial(torch.optim.Adagrad, lr=0.1), groups)
+    _grads(w, e)
+    opt.step()
+    state = opt.state_dict()
+    fresh = build_optimizer(partial(torch.optim.Adagrad, lr=0.1), groups)
+    fresh.load_state_dict(state)
+    assert torch.equal(
+        fresh.optimizers[0].state_dict()["state"][0]["sum"],
+        state["optimizers"][0]["state"][0]["sum"],
+    )
+    with pytest.raises(ValueError, match="embedding_optimizer"):
+        fresh.load_state_dict(torch.optim.Adagrad([w]).state_dict())
+
+
+def test_unknown_group_optimizer_is_named() -> None:
+    w, _ = _params()
+    with pytest.raises(ValueError, match="'rmsprop'"):
+        build_optimizer(torch.optim.Adagrad, [{"params": [w], "lr": 0.1, "optimizer": "rmsprop"}])
+
+
+def test_sgd_word_table_trains_and_resumes_like_an_uninterrupted_run(tmp_path: Path) -> None:
+    args = [*TINY, "model.embedding_optimizer=sgd", "model.embedding_lr=0.5"]
+    reference = run_train(compose_config([*args, "trainer.epochs=2"], tmp_path / "ref"))
+    run_train(compose_config([*args, "trainer.epochs=1"], tmp_path / "cut"))
+    resumed = run_train(
+        compose_config([*args, "trainer.epochs=2", "trainer.resume=true"], tmp_path / "cut")
+    )
+    strip = {"train_seconds", "config"}
+    assert {k: v for k, v in resumed.items() if k not in strip} == {
+        k: v for k, v in reference.items() if k not in strip
+    }
+    # Every epoch's losses, not only the selected checkpoint's test result.
+    curves = [
+        pd.read_csv(tmp_path / run / "metrics.csv").drop(columns="epoch_seconds")
+        for run in ("ref", "cut")
+    ]
+    assert curves[0].equals(curves[1])
+
+
+def test_embedding_optimizer_value_is_checked_at_compose_time(tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="embedding_optimizer"):
+        compose_config([*TINY, "model.embedding_optimizer=adamw"], tmp_path)
