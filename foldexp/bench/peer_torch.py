@@ -5,7 +5,9 @@ word's embedding, internal nodes by ``BinaryTreeLSTMCell``, logits from the root
 cross-entropy, backward -- with the same modules, so only the batching differs:
 
 - ``engine``: foldexp (``Compiler.build`` traces and schedules, ``run`` executes); also with
-  per-input traces cached (``engine_cached``) and in DyNet's agenda order (``engine_agenda``);
+  per-input traces cached (``engine_cached``), in DyNet's agenda order (``engine_agenda``), and
+  without merging equal invocations (``engine_unmerged``: every leaf computed, as every peer
+  does; by default a word's leaf state is computed once per batch);
 - ``loop``: plain PyTorch, each tree evaluated node by node (no batching at all);
 - ``level``: hand-written level-by-level batching: number the nodes of the whole batch by
   height, then one cell call per height, children gathered from the levels below;
@@ -63,6 +65,7 @@ def _engine(
     labels: torch.Tensor,
     cache_traces: bool = False,
     schedule_order: str = "depth",
+    merge_duplicates: bool = True,
 ) -> tuple[Step, dict]:
     import foldexp
     import foldexp.blocks as fb
@@ -76,6 +79,7 @@ def _engine(
         tree() >> fb.GetItem(0) >> fb.Function(m.out),
         cache_traces=cache_traces,
         schedule_order=schedule_order,
+        merge_duplicates=merge_duplicates,
     )
 
     def step() -> dict[str, Any]:
@@ -83,7 +87,12 @@ def _engine(
         loss = F.cross_entropy(model.run(plan), labels)
         loss.backward()
         s = model.last_stats
-        return {"build_s": s["trace"] + s["schedule"], "calls": s["calls"], "loss": loss.item()}
+        return {
+            "build_s": s["trace"] + s["schedule"],
+            "calls": s["calls"],
+            "merged": s["merged"],
+            "loss": loss.item(),
+        }
 
     return step, {"version": f"foldexp {foldexp.__version__}"}
 
@@ -305,10 +314,16 @@ def _engine_agenda(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tupl
     return _engine(m, trees, labels, schedule_order="agenda")
 
 
+def _engine_unmerged(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
+    # Every invocation computed, equal ones too: the same arithmetic as every other peer.
+    return _engine(m, trees, labels, merge_duplicates=False)
+
+
 IMPLS = {
     "engine": _engine,
     "engine_cached": _engine_cached,
     "engine_agenda": _engine_agenda,
+    "engine_unmerged": _engine_unmerged,
     "loop": _loop,
     "level": _level,
     "torchfold": _torchfold,

@@ -34,6 +34,7 @@ PEERS = {
     "engine": "foldexp engine (trace + schedule + run)",
     "engine_cached": "foldexp engine, per-input traces cached (schedule + run)",
     "engine_agenda": "foldexp engine, DyNet's agenda order instead of depth",
+    "engine_unmerged": "foldexp engine, equal invocations not merged (every leaf computed)",
     "loop": "plain per-tree PyTorch loop",
     "level": "hand-written level-by-level batching (PyTorch)",
     "dynet": "DyNet, autobatch off",

@@ -49,7 +49,7 @@ def scaling_cells(bench: Any, env: Env, seed: int) -> list[Cell]:
             raise ValueError(f"bench.scaling.shapes: unknown shape {shape!r}; one of {SHAPES}")
     torch.manual_seed(seed)
     model = PaperTreeModel(bench.vocab_size, sc.state_size).to(env.device)
-    compiler = Compiler(model.block())
+    compiler = Compiler(model.block(), merge_duplicates=False)  # as Table 1: every node computed
     cells = []
     for mode in sc.modes:
         mode = str(getattr(mode, "value", mode))

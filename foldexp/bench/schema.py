@@ -61,6 +61,7 @@ class PeersConfig:
             "engine",
             "engine_cached",
             "engine_agenda",
+            "engine_unmerged",
             "loop",
             "level",
             "dynet",

@@ -111,7 +111,9 @@ def table1_cells(bench: Any, env: Env, seed: int) -> list[Cell]:
     """One cell per (mode, batch size); the model is built once and shared by all cells."""
     torch.manual_seed(seed)
     model = PaperTreeModel(bench.vocab_size, bench.state_size).to(env.device)
-    compiler = Compiler(model.block())
+    # The paper's comparison: the same arithmetic on both sides, so equal invocations (leaves
+    # of the same word, and subtrees over them) are not merged here.
+    compiler = Compiler(model.block(), merge_duplicates=False)
     cells = []
     for mode in bench.modes:
         mode = str(getattr(mode, "value", mode))

@@ -44,6 +44,9 @@ class FusedOp(Op):
             args = op.forward(args)
         return list(args)
 
+    def is_random(self) -> bool:
+        return any(op.is_random() for op in self.parts)
+
     def parameters(self) -> list[torch.nn.Parameter]:
         seen: set[int] = set()
         params = []

@@ -17,6 +17,9 @@ from foldexp.types import TensorType, TupleType, Type, flatten_tensor_types
 
 __all__ = ["Op", "structure_flattener", "structure_builder"]
 
+# Modules whose training-mode output is random.
+_RANDOM_MODULES = (torch.nn.modules.dropout._DropoutNd, torch.nn.RReLU)
+
 
 def structure_flattener(t: Type) -> Callable[[Any], list[Any]]:
     """A fast function from a value of (nested) tuple type ``t`` to its flat list of tensors."""
@@ -72,6 +75,8 @@ class Op:
         module: the ``nn.Module`` holding the op's parameters, if any; gradients are computed
             with respect to its parameters.
         name: shown in schedules.
+        random: ``fn`` draws random numbers of its own (beyond ``nn.Module`` dropout, which is
+            detected): its invocations are never merged (see ``is_random``).
     """
 
     def __init__(
@@ -81,8 +86,10 @@ class Op:
         output_type: Type,
         module: torch.nn.Module | None,
         name: str,
+        random: bool = False,
     ) -> None:
         self.fn = fn
+        self.random = random
         self.input_type = input_type
         self.output_type = output_type
         self.module = module
@@ -104,6 +111,22 @@ class Op:
 
     def parameters(self) -> list[torch.nn.Parameter]:
         return list(self.module.parameters()) if self.module is not None else []
+
+    def is_random(self) -> bool:
+        """Whether two invocations on equal inputs may give different outputs right now: the
+        op was declared ``random``, or a module in it is a dropout (or RReLU) in training mode.
+
+        The scheduler merges equal invocations of ops that are not (``schedule``'s ``merge``).
+        """
+        if self.random:
+            return True
+        root = self.fn if isinstance(self.fn, torch.nn.Module) else self.module
+        if root is None:
+            return False
+        return any(
+            m.training and isinstance(m, _RANDOM_MODULES) and getattr(m, "p", 1.0) > 0
+            for m in root.modules()
+        )
 
     def __repr__(self) -> str:
         return f"Op({self.name})"

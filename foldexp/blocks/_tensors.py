@@ -224,6 +224,10 @@ class Function(OpBlock):
     ``Function(torch.add)`` adds a pair); a tuple result gives a tuple output. The output type is
     inferred by calling ``fn`` once on a small batch of zeros unless ``output_type`` is given.
     The parameters of an ``nn.Module`` become parameters of the compiled model.
+
+    The compiler computes equal invocations (same op, same argument values) once. Dropout
+    modules inside ``fn`` are seen (``Op.is_random``); a ``fn`` that draws random numbers some
+    other way (``F.dropout``, ``torch.rand``) must say so with ``random=True``.
     """
 
     def __init__(
@@ -232,11 +236,13 @@ class Function(OpBlock):
         output_type: Type | None = None,
         input_type: Type | None = None,
         name: str | None = None,
+        random: bool = False,
     ) -> None:
         if not callable(fn):
             raise TypeError(f"Function needs a callable or nn.Module, got {fn!r}")
         super().__init__(input_type, output_type, name)
         self.fn = fn
+        self.random = random
         self.op: Op | None = None
 
     def _infer(self, input_type: Type) -> Type:
@@ -262,7 +268,7 @@ class Function(OpBlock):
                     ) from e
             out = _type_of_output(res, self.fn)
         module = self.fn if isinstance(self.fn, torch.nn.Module) else None
-        op = Op(self.fn, input_type, out, module, self.name or _fn_name(self.fn))
+        op = Op(self.fn, input_type, out, module, self.name or _fn_name(self.fn), self.random)
         return self._bind(op, input_type, out)
 
     def _repr_args(self) -> str:

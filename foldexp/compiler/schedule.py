@@ -9,6 +9,7 @@ contract with the executor.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 
 from foldexp.compiler.agenda import agenda_levels
+from foldexp.compiler.merge import distinct_rows, distinct_scalars
 from foldexp.compiler.trace import Trace
 
 if TYPE_CHECKING:
@@ -42,13 +44,15 @@ class Gather:
 
 @dataclass
 class Group:
-    """One batched call: ``count`` invocations of op ``op`` at ``depth``."""
+    """One batched call: ``count`` invocations of op ``op`` at ``depth`` (after ``merged``
+    more, equal to some of those, were folded into them)."""
 
     op: int
     depth: int
     count: int
     gathers: list[Gather]
     outs: list[tuple[int, int, int]]  # per output: (tid, first row, end row) in its buffer
+    merged: int = 0
 
 
 @dataclass
@@ -80,6 +84,7 @@ class Plan:
                 g.count,
                 [Gather(ga.tid, move(ga.rows), ga.positions) for ga in g.gathers],
                 g.outs,
+                g.merged,
             )
             for g in self.groups
         ]
@@ -97,22 +102,34 @@ class Plan:
 
     @property
     def num_nodes(self) -> int:
-        """Operation invocations batched into those calls."""
-        return sum(g.count for g in self.groups)
+        """Operation invocations batched into those calls (merged ones included)."""
+        return sum(g.count + g.merged for g in self.groups)
+
+    @property
+    def num_merged(self) -> int:
+        """Invocations not computed because an equal one was (see ``schedule``'s ``merge``)."""
+        return sum(g.merged for g in self.groups)
+
+    @property
+    def merged_ops(self) -> list[int]:
+        """The ops some of whose invocations were merged: they must not be random when run."""
+        return sorted({g.op for g in self.groups if g.merged})
 
     def describe(self) -> str:
         """The schedule, one line per (depth, operation): count and tensor shapes."""
+        merged = f" ({self.num_merged} merged)" if self.num_merged else ""
         lines = [
-            f"schedule: {self.num_inputs} inputs, {self.num_nodes} nodes, "
+            f"schedule: {self.num_inputs} inputs, {self.num_nodes} nodes{merged}, "
             f"{self.num_calls} calls, max depth {self.max_depth}"
         ]
         width = max([24, *(len(self.op_names[g.op]) for g in self.groups)])
         for g in self.groups:
             ins = ", ".join(f"{len(ga.positions)}x{_shape(self.types[ga.tid])}" for ga in g.gathers)
             outs = ", ".join(_shape(self.types[t]) for t, _, _ in g.outs)
+            more = f" (+{g.merged} merged)" if g.merged else ""
             lines.append(
                 f"  depth {g.depth:3d}  {self.op_names[g.op]:<{width}s} x{g.count:<6d} "
-                f"in: {ins or '-'}  out: {outs}"
+                f"in: {ins or '-'}  out: {outs}{more}"
             )
         return "\n".join(lines)
 
@@ -142,11 +159,41 @@ def _stack_payloads(t: TensorType, payloads: list[Any]) -> torch.Tensor:
 ORDERS = ("depth", "agenda")
 
 
-def schedule(trace: Trace | BatchTrace, out_vids: np.ndarray, order: str = "depth") -> Plan:
+def _merge_group(
+    arg_rows: np.ndarray, candidate: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Merges a group's equal invocations among ``candidate`` ones (arguments all shared).
+
+    Returns the invocations kept (ascending), each invocation's row slot among them, and which
+    invocations had an equal one; ``None`` when nothing merges.
+    """
+    cand = np.flatnonzero(candidate)
+    if len(cand) < 2:
+        return None
+    keep_c, slot_c, repeated_c = distinct_rows(arg_rows[cand])
+    if len(keep_c) == len(cand):
+        return None
+    keep = np.ones(len(arg_rows), dtype=bool)
+    keep[cand] = False
+    keep[cand[keep_c]] = True
+    slots = np.cumsum(keep) - 1
+    slots[cand] = slots[cand[keep_c[slot_c]]]  # a merged invocation takes its twin's rows
+    repeated = np.zeros(len(arg_rows), dtype=bool)
+    repeated[cand] = repeated_c
+    return np.flatnonzero(keep), slots, repeated
+
+
+def schedule(
+    trace: Trace | BatchTrace,
+    out_vids: np.ndarray,
+    order: str = "depth",
+    merge: Sequence[bool] | None = None,
+) -> Plan:
     """Turns a trace into a ``Plan``: groups by (depth, op), buffer layout, row indices.
 
     ``order="agenda"`` groups by DyNet's agenda steps instead of depths (``agenda.py``); the
-    groups' ``depth`` field then holds the step.
+    groups' ``depth`` field then holds the step. ``merge`` (per op: may its equal invocations
+    be computed once?) merges equal scalar constants and equal invocations (``merge.py``).
     """
     if order not in ORDERS:
         raise ValueError(f"schedule order {order!r}; expected one of {ORDERS}")
@@ -155,10 +202,23 @@ def schedule(trace: Trace | BatchTrace, out_vids: np.ndarray, order: str = "dept
     cursor: list[int] = []
     val_tid = np.full(trace.num_values, -1, dtype=np.int64)  # value id → tensor type id
     constants: list[torch.Tensor | None] = []
+    # Values known to equal another value of the batch: only invocations whose arguments are
+    # all such values can be equal to another invocation (``merge.py``).
+    shared = np.zeros(trace.num_values, dtype=bool) if merge is not None and any(merge) else None
     for tid, t in enumerate(list(trace.types)):
         vids = np.asarray(trace.const_vids[tid], dtype=np.int64)
-        row[vids] = np.arange(len(vids))
         val_tid[vids] = tid
+        found = None
+        if shared is not None and not t.shape and len(vids) > 1:
+            found = distinct_scalars(trace.const_payloads[tid])
+        if found is not None:
+            values, slot, repeated = found
+            row[vids] = slot
+            shared[vids] = repeated
+            cursor.append(len(values))
+            constants.append(torch.as_tensor(values).to(t.dtype))
+            continue
+        row[vids] = np.arange(len(vids))
         cursor.append(len(vids))
         constants.append(_stack_payloads(t, trace.const_payloads[tid]) if len(vids) else None)
 
@@ -188,22 +248,30 @@ def schedule(trace: Trace | BatchTrace, out_vids: np.ndarray, order: str = "dept
     for d in sorted(by_depth):
         for i, first, args, _sel in by_depth[d]:
             op = trace.ops[i]
-            count = len(first)
+            arg_rows = row[args]  # (count, arity)
+            count, slots, merged = len(first), None, 0
+            if shared is not None and merge[i] and count > 1 and args.shape[1]:  # type: ignore[index]
+                found = _merge_group(arg_rows, shared[args].all(axis=1))
+                if found is not None:
+                    kept, slots, repeated = found
+                    merged, count = count - len(kept), len(kept)
+                    arg_rows = arg_rows[kept]
+                    for k in range(len(out_tids[i])):
+                        shared[first[repeated] + k] = True
             outs = []
             for k, tid in enumerate(out_tids[i]):
                 start = cursor[tid]
-                row[first + k] = np.arange(start, start + count)
+                row[first + k] = start + (np.arange(count) if slots is None else slots)
                 val_tid[first + k] = tid
                 cursor[tid] = start + count
                 outs.append((tid, start, start + count))
-            arg_rows = row[args]  # (count, arity)
-            arg_tids = val_tid[args[0]] if count else []
+            arg_tids = val_tid[args[0]] if len(args) else []
             gathers = []
             for tid in dict.fromkeys(int(t) for t in arg_tids):
                 positions = [a for a in range(len(op.in_types)) if arg_tids[a] == tid]
                 rows = arg_rows[:, positions].T.reshape(-1)
                 gathers.append(Gather(tid, _as_index(rows), positions))
-            groups.append(Group(i, d, count, gathers, outs))
+            groups.append(Group(i, d, count, gathers, outs, merged))
 
     outputs = []
     for c in range(out_vids.shape[1]):

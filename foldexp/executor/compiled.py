@@ -70,6 +70,10 @@ class Compiler(nn.Module):
         schedule_order: ``depth`` (the Fold paper: one call per op and depth) or ``agenda``
             (DyNet's autobatching order: run every ready invocation of the op with the lowest
             average depth; ``foldexp/compiler/agenda.py``).
+        merge_duplicates: compute equal invocations once (same op, equal arguments; a word's
+            leaf cell once per batch, not once per occurrence), except for ops that are random
+            when the plan is built (dropout in training mode, ``Function(..., random=True)``);
+            ``foldexp/compiler/merge.py``. Same results; fewer rows.
 
     Attributes:
         last_stats: counters of the latest call — ``calls`` (operation launches), ``nodes``,
@@ -85,6 +89,7 @@ class Compiler(nn.Module):
         cache_traces: bool = False,
         fuse_ops: bool = True,
         schedule_order: str = "depth",
+        merge_duplicates: bool = True,
     ) -> None:
         super().__init__()
         root = convert_to_block(block)
@@ -99,6 +104,7 @@ class Compiler(nn.Module):
         if schedule_order not in ORDERS:
             raise ValueError(f"schedule_order={schedule_order!r}; expected one of {ORDERS}")
         self.fuse_ops, self.schedule_order = fuse_ops, schedule_order
+        self.merge_duplicates = merge_duplicates
         self.ops = collect_ops(root, fuse=fuse_ops)
         modules: list[nn.Module] = []
         for op in self.ops:
@@ -129,7 +135,8 @@ class Compiler(nn.Module):
                 self.root, self.ops, inputs, self.output_type, fuse=self.fuse_ops
             )
         t1 = time.perf_counter()
-        plan = schedule(trace, out_vids, self.schedule_order)
+        merge = [not op.is_random() for op in self.ops] if self.merge_duplicates else None
+        plan = schedule(trace, out_vids, self.schedule_order, merge)
         plan.trace_seconds = t1 - t0  # type: ignore[attr-defined]
         plan.schedule_seconds = time.perf_counter() - t1  # type: ignore[attr-defined]
         return plan
@@ -147,6 +154,7 @@ class Compiler(nn.Module):
         self.last_stats = {
             "calls": plan.num_calls,
             "nodes": plan.num_nodes,
+            "merged": plan.num_merged,
             "max_depth": plan.max_depth,
             "trace": getattr(plan, "trace_seconds", 0.0),
             "schedule": getattr(plan, "schedule_seconds", 0.0),

@@ -178,7 +178,17 @@ def execute(
 
     Differentiable with respect to ``params`` (the compiled model's parameters) when grad mode
     is on and any of them requires a gradient.
+
+    Raises:
+        RuntimeError: the plan merged equal invocations of an op that is random now.
     """
+    for i in plan.merged_ops:
+        if ops[i].is_random():
+            raise RuntimeError(
+                f"the plan computed equal invocations of {ops[i].name} once, but that op is "
+                "random now (a dropout in training mode?): build plans in the mode they run in, "
+                "or compile with merge_duplicates=False"
+            )
     plan = plan.to(device)
     trainable = [p for p in params if p.requires_grad]
     if torch.is_grad_enabled() and trainable:
