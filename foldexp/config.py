@@ -73,6 +73,7 @@ class TrainerConfig:
     resume: bool = False
     num_workers: int = 0
     grad_clip: float = 0.0
+    ema_decay: float = 0.0
     progress: bool = True
     plots: bool = True
     strategy: str = "single"  # single | ddp (checked by run_train before any work)

@@ -16,7 +16,14 @@ import torch
 
 from foldexp.train.artifacts import atomic_write
 
-__all__ = ["save_checkpoint", "load_checkpoint", "rng_state", "set_rng_state", "seed_everything"]
+__all__ = [
+    "save_checkpoint",
+    "load_checkpoint",
+    "load_payload",
+    "rng_state",
+    "set_rng_state",
+    "seed_everything",
+]
 
 
 def seed_everything(seed: int) -> None:
@@ -49,29 +56,53 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(
-    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, progress: dict[str, Any]
+    path: Path,
+    model: torch.nn.Module,
+    optimizer: Any,
+    progress: dict[str, Any],
+    states: dict[str, Any] | None = None,
 ) -> Path:
-    """Writes model, optimizer, training position and RNG states to ``path`` atomically."""
+    """Writes model, optimizer, training position and RNG states to ``path`` atomically;
+    ``states``: more named objects with ``state_dict()`` (e.g. the parameter average)."""
     payload = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "progress": progress,
         "rng": rng_state(),
+        **{name: obj.state_dict() for name, obj in (states or {}).items()},
     }
     return atomic_write(path, lambda tmp: torch.save(payload, tmp))
+
+
+def load_payload(
+    path: Path,
+    payload: dict[str, Any],
+    model: torch.nn.Module,
+    optimizer: Any = None,
+    states: dict[str, Any] | None = None,
+) -> None:
+    """Puts a loaded checkpoint's model, optimizer and ``states`` back."""
+    model.load_state_dict(payload["model"])
+    if optimizer is not None:
+        optimizer.load_state_dict(payload["optimizer"])
+    for name, obj in (states or {}).items():
+        if name not in payload:
+            raise ValueError(
+                f"{path} has no {name!r} state: it was written by a run configured without it"
+            )
+        obj.load_state_dict(payload[name])
 
 
 def load_checkpoint(
     path: Path,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer | None = None,
+    optimizer: Any = None,
     restore_rng: bool = True,
+    states: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Restores what ``save_checkpoint`` wrote; returns the saved training position."""
     payload = torch.load(path, map_location="cpu", weights_only=True)
-    model.load_state_dict(payload["model"])
-    if optimizer is not None:
-        optimizer.load_state_dict(payload["optimizer"])
+    load_payload(path, payload, model, optimizer, states)
     if restore_rng:
         set_rng_state(payload["rng"])
     return payload["progress"]

@@ -22,6 +22,7 @@ it). Evaluation is sharded the same way and the summed statistics are gathered.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -41,11 +42,13 @@ from foldexp.train import distributed as dd
 from foldexp.train.artifacts import plot_curves, write_json, write_metrics_csv
 from foldexp.train.checkpoint import (
     load_checkpoint,
+    load_payload,
     rng_state,
     save_checkpoint,
     seed_everything,
     set_rng_state,
 )
+from foldexp.train.ema import ParamAverage
 from foldexp.train.loaders import RunLoaders
 from foldexp.train.optim import build_optimizer
 from foldexp.train.sampler import BALANCE_MODES, ShardedBatchSampler, example_sizes
@@ -134,6 +137,22 @@ def evaluate(
     return {f"{prefix}_{k}": v for k, v in metrics.items()}
 
 
+def _improves(
+    row: dict[str, Any], select: str, better: Any, progress: dict[str, Any], epoch: int
+) -> bool:
+    """Whether ``row[select]`` beats the best so far; if so, records it as the best epoch."""
+    if select not in row:
+        raise KeyError(
+            f"trainer.select_metric={select!r} is not a metrics.csv column; "
+            f"columns are {sorted(row)}"
+        )
+    score = row[select]
+    if progress["best"] is not None and better(score, progress["best"]) == progress["best"]:
+        return False
+    progress.update(best=score, best_epoch=epoch, bad_epochs=0)
+    return True
+
+
 def _check_choice(value: Any, choices: tuple[str, ...], key: str) -> str:
     value = str(getattr(value, "value", value))
     if value not in choices:
@@ -151,6 +170,8 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     tc = cfg.trainer
     strategy = _check_choice(tc.strategy, dd.STRATEGIES, "trainer.strategy")
     _check_choice(tc.balance, BALANCE_MODES, "trainer.balance")
+    if not 0.0 <= tc.ema_decay < 1.0:
+        raise ValueError(f"trainer.ema_decay={tc.ema_decay}; expected 0 <= decay < 1 (0: off)")
     dd.export_submitit_env()  # a submitit job of several tasks: they are the ranks
     world = dd.launched_world_size()
     if world > 1 and strategy != "ddp":
@@ -176,7 +197,8 @@ def _restore(
     ctx: dd.DistContext,
     path: Path,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Any,
+    states: dict[str, Any],
 ) -> dict[str, Any] | None:
     """Loads ``path`` (model, optimizer, RNGs) if it exists; returns the saved progress.
 
@@ -188,7 +210,7 @@ def _restore(
     if not ctx.enabled:
         if not path.exists():
             return None
-        progress = load_checkpoint(path, model, optimizer)
+        progress = load_checkpoint(path, model, optimizer, states=states)
         progress.pop("rank_rng", None)
         return progress
     exists = ctx.is_main and path.exists()
@@ -196,8 +218,7 @@ def _restore(
     payload = dd.broadcast(ctx, payload)
     if payload is None:
         return None
-    model.load_state_dict(payload["model"])
-    optimizer.load_state_dict(payload["optimizer"])
+    load_payload(path, payload, model, optimizer, states)
     progress = payload["progress"]
     rngs = progress.pop("rank_rng", None)
     if rngs and len(rngs) == ctx.world_size:
@@ -267,7 +288,10 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
     last = ckpt_dir / "last.pt"
     if ctx.rank:
         _seed_rank(cfg.seed, ctx.rank)
-    restored = _restore(ctx, last, model, optimizer) if tc.resume else None
+    # Evaluation (and best.pt) use the parameter average when there is one (``ema.py``).
+    ema = ParamAverage(model, tc.ema_decay) if tc.ema_decay else None
+    states = {"ema": ema} if ema is not None else {}
+    restored = _restore(ctx, last, model, optimizer, states) if tc.resume else None
     resumed = restored is not None
     if restored is not None:
         progress = restored
@@ -286,11 +310,11 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
 
     def checkpoint(path: Path) -> None:
         if not ctx.enabled:
-            save_checkpoint(path, model, optimizer, progress)
+            save_checkpoint(path, model, optimizer, progress, states)
             return
         rngs = dd.all_gather(ctx, rng_state())
         if ctx.is_main:
-            save_checkpoint(path, model, optimizer, {**progress, "rank_rng": rngs})
+            save_checkpoint(path, model, optimizer, {**progress, "rank_rng": rngs}, states)
 
     loaders = RunLoaders(model, tc.num_workers, cfg.seed)
     started = time.perf_counter()
@@ -343,6 +367,8 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
             if tc.grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
             optimizer.step()
+            if ema is not None:
+                ema.update()
             t3 = time.perf_counter()
             progress["step"] += 1
             progress["batch"] += 1
@@ -393,7 +419,11 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
             "train_loss": sums.get("loss", 0.0) / n,
             **{f"train_{k}": v for k, v in model.summarize(sums).items()},
         }
-        row.update(evaluate(model, bundle.dev, cfg, device, "dev", ctx, sizes["dev"], loaders))
+        averaged = ema.applied() if ema is not None else contextlib.nullcontext()
+        with averaged:
+            row.update(evaluate(model, bundle.dev, cfg, device, "dev", ctx, sizes["dev"], loaders))
+            if _improves(row, select, better, progress, epoch):
+                checkpoint(ckpt_dir / "best.pt")  # the weights just evaluated
         row["epoch_seconds"] = time.perf_counter() - t_epoch
         if ledger:
             row.update(ledger.end_epoch())
@@ -404,16 +434,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
             epoch,
             ", ".join(f"{k}={v:.4f}" for k, v in row.items() if isinstance(v, float)),
         )
-        if select not in row:
-            raise KeyError(
-                f"trainer.select_metric={select!r} is not a metrics.csv column; "
-                f"columns are {sorted(row)}"
-            )
-        score = row[select]
-        if progress["best"] is None or better(score, progress["best"]) != progress["best"]:
-            progress.update(best=score, best_epoch=epoch, bad_epochs=0)
-            checkpoint(ckpt_dir / "best.pt")
-        else:
+        if progress["best_epoch"] != epoch:
             progress["bad_epochs"] += 1
             if tc.patience and progress["bad_epochs"] >= tc.patience:
                 progress["stopped"] = f"no better {select} for {tc.patience} epochs"
