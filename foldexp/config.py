@@ -122,6 +122,7 @@ class TreeLSTMModelConfig:
     embed_size: int = 64
     hidden_size: int = 64
     dropout: float = 0.0
+    embedding_dropout: float | None = None
     freeze_embeddings: bool = False
     node_loss: bool = True
     embedding_lr: float | None = None

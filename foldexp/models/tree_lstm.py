@@ -98,6 +98,7 @@ class TreeLSTMClassifier(nn.Module):
         num_classes: label classes; a node labelled ``-1`` carries no label.
         embed_size, hidden_size: sizes; ``embeddings`` (a matrix) overrides ``embed_size``.
         dropout: on word embeddings and on the states fed to the classifier.
+        embedding_dropout: on word embeddings instead (``None``: ``dropout``).
         internal_words: internal nodes have a word of their own (calculator operators).
         node_loss: train on every labelled node (else the root only).
         embedding_lr, embedding_weight_decay: the word table's own optimizer settings
@@ -113,6 +114,7 @@ class TreeLSTMClassifier(nn.Module):
         embed_size: int = 64,
         hidden_size: int = 64,
         dropout: float = 0.0,
+        embedding_dropout: float | None = None,
         freeze_embeddings: bool = False,
         node_loss: bool = True,
         embedding_lr: float | None = None,
@@ -137,7 +139,7 @@ class TreeLSTMClassifier(nn.Module):
             fb.InputTransform(lambda node: index(node.word))
             >> fb.Scalar("int64")
             >> fb.Function(embedding)
-            >> fb.Function(nn.Dropout(dropout))
+            >> fb.Function(nn.Dropout(dropout if embedding_dropout is None else embedding_dropout))
         )
         tree = fb.ForwardDeclaration(name="tree")
         children = fb.InputTransform(lambda node: node.children) >> fb.Record((tree(), tree()))

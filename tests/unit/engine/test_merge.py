@@ -11,7 +11,9 @@ from torch import nn
 import foldexp.blocks as fb
 from foldexp import Compiler
 from foldexp.compiler.merge import distinct_rows, distinct_scalars
-from foldexp.models.tree_lstm import random_tree, tree_lstm_classifier
+from foldexp.data.calculator import calculator_splits
+from foldexp.data.vocab import Vocabulary
+from foldexp.models.tree_lstm import TreeLSTMClassifier, random_tree, tree_lstm_classifier
 from foldexp.testing import assert_compilers_agree, check_block
 
 
@@ -119,3 +121,14 @@ def test_distinct_scalars() -> None:
     assert repeated.tolist() == [True, False, True, False]
     assert distinct_scalars([1, 2, 3]) is None
     assert distinct_scalars([np.zeros(2), np.zeros(2)]) is None
+
+
+def test_sst_model_merges_words_in_training_only_without_embedding_dropout() -> None:
+    train, _, _ = calculator_splits(40, max_depth=4, seed=3)
+    vocab = Vocabulary.from_trees(train)
+    dropped = TreeLSTMClassifier(vocab, 10, 4, 5, dropout=0.3)
+    kept = TreeLSTMClassifier(vocab, 10, 4, 5, dropout=0.3, embedding_dropout=0.0)
+    assert dropped.collate(train).plan.num_merged == 0  # training mode: the words' dropout
+    assert kept.collate(train).plan.num_merged > 0
+    dropped.eval()
+    assert dropped.collate(train).plan.num_merged > 0
