@@ -30,6 +30,7 @@ from foldexp.blocks._structure import (
     _ForwardRef,
 )
 from foldexp.blocks._tensors import _NUMBER_TYPES, OpBlock, Scalar
+from foldexp.types import TensorType
 
 __all__ = ["trace_fn"]
 
@@ -63,9 +64,33 @@ def trace_fn(block: Block, tr: Tracer, memo: Memo | None = None, *, fuse: bool =
 def _pipe(b: Pipe, tr: Tracer, memo: Memo) -> Fn:
     blocks = fused_blocks(b) if memo.fuse else b.blocks
     fns = [trace_fn(c, tr, memo) for c in blocks]
+    head = blocks[0]
+    if len(fns) > 1 and type(head) is GetItem:
+        # ``GetItem(k) >> ...`` (a tree's child, a leaf's word) indexes inline: one call less
+        # per node. A failing index goes through the GetItem's closure, which raises its error.
+        key, get, rest = head.key, fns[0], _chain(fns[1:])
+
+        def run_indexed(x: Any) -> Any:
+            try:
+                item = x[key]
+            except (IndexError, KeyError, TypeError):
+                item = get(x)
+            return rest(item)
+
+        return run_indexed
+    return _chain(fns)
+
+
+def _chain(fns: list[Fn]) -> Fn:
+    """``x -> fns[-1](...fns[0](x))``, unrolled for the short pipes that trees are made of."""
+    if len(fns) == 1:
+        return fns[0]
     if len(fns) == 2:
         first, second = fns
         return lambda x: second(first(x))
+    if len(fns) == 3:
+        first, second, third = fns
+        return lambda x: third(second(first(x)))
 
     def run(x: Any) -> Any:
         for f in fns:
@@ -86,8 +111,11 @@ def _op_block(b: OpBlock, tr: Tracer, memo: Memo) -> Fn:
     if b._single and len(op.in_types) == 1:
         return applier(op, single=True)  # vid -> vid, no lists
     run = applier(op)
+    one_input = isinstance(op.input_type, TensorType)
     if b._single:
         return lambda x: run(flatten(x))[0]
+    if build is tuple and op.n_out > 1:  # a flat tuple out: the applier's tuple is the value
+        return (lambda x: run([x])) if one_input else (lambda x: run(flatten(x)))
     return lambda x: build(run(flatten(x)))
 
 

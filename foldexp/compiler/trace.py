@@ -97,8 +97,9 @@ class Trace:
         return run(args)
 
     def applier(self, op: Op, single: bool = False) -> Callable[..., Any]:
-        """``apply`` for one op, with its lists bound: ``f(args) -> outputs``, or with
-        ``single`` (one input, one output) ``f(arg) -> output`` on bare value ids.
+        """``apply`` for one op, with its lists bound: ``f(args) -> outputs`` (a list for one
+        output, a tuple for several), or with ``single`` (one input, one output)
+        ``f(arg) -> output`` on bare value ids.
 
         Specialised on arity and output count: this runs once per node of every input.
         """
@@ -134,12 +135,12 @@ class Trace:
             if n == 1:
                 vd.append(d)
                 return [first]
-            if n == 2:
+            if n == 2:  # a tuple, so an op block with a flat tuple output returns it as is
                 vd.append(d)
                 vd.append(d)
-                return [first, first + 1]
+                return (first, first + 1)
             vd.extend([d] * n)
-            return list(range(first, first + n))
+            return tuple(range(first, first + n))
 
         return apply
 
