@@ -16,6 +16,19 @@ _VOLATILE = {"train_seconds", "config"}
 
 
 @pytest.fixture
+def tiny() -> list[str]:
+    """Overrides for a few-second run of the default experiment (epochs left to the test)."""
+    return [
+        "dataset.n=300",
+        "trainer.batch_size=16",
+        "trainer.progress=false",
+        "trainer.plots=false",
+        "model.hidden_size=16",
+        "model.embed_size=8",
+    ]
+
+
+@pytest.fixture
 def resume_matches_uninterrupted(tmp_path: Path) -> Callable[[list[str]], dict[str, Any]]:
     """``check(args)``: a 2-epoch run equals a 1-epoch run resumed to 2 epochs — results and
     every epoch's metrics. Returns the uninterrupted run's results (in ``tmp_path / "ref"``)."""

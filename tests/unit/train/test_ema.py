@@ -12,15 +12,6 @@ from foldexp.train.app import compose_config
 from foldexp.train.ema import ParamAverage
 from foldexp.train.loop import run_train
 
-TINY = [
-    "dataset.n=300",
-    "trainer.batch_size=16",
-    "trainer.progress=false",
-    "trainer.plots=false",
-    "model.hidden_size=16",
-    "model.embed_size=8",
-]
-
 
 def test_average_follows_the_warm_up_formula_and_swaps_back() -> None:
     model = torch.nn.Linear(2, 1)
@@ -55,9 +46,9 @@ def test_state_round_trips_and_mismatch_fails() -> None:
 
 
 def test_best_checkpoint_holds_the_average_and_resume_continues_it(
-    tmp_path: Path, resume_matches_uninterrupted
+    tmp_path: Path, resume_matches_uninterrupted, tiny
 ) -> None:
-    reference = resume_matches_uninterrupted([*TINY, "trainer.ema_decay=0.9", "model.dropout=0.2"])
+    reference = resume_matches_uninterrupted([*tiny, "trainer.ema_decay=0.9", "model.dropout=0.2"])
     ckpt = tmp_path / "ref" / "checkpoints"
     last = torch.load(ckpt / "last.pt", weights_only=True)
     best = torch.load(ckpt / "best.pt", weights_only=True)
@@ -71,18 +62,18 @@ def test_best_checkpoint_holds_the_average_and_resume_continues_it(
     )
 
 
-def test_resuming_without_the_average_it_was_written_with_is_named(tmp_path: Path) -> None:
-    run_train(compose_config([*TINY, "trainer.epochs=1"], tmp_path))
+def test_resuming_without_the_average_it_was_written_with_is_named(tmp_path: Path, tiny) -> None:
+    run_train(compose_config([*tiny, "trainer.epochs=1"], tmp_path))
     with pytest.raises(ValueError, match="no 'ema' state"):
         run_train(
             compose_config(
-                [*TINY, "trainer.epochs=2", "trainer.resume=true", "trainer.ema_decay=0.9"],
+                [*tiny, "trainer.epochs=2", "trainer.resume=true", "trainer.ema_decay=0.9"],
                 tmp_path,
             )
         )
 
 
-def test_bad_decay_fails_before_any_work(tmp_path: Path) -> None:
+def test_bad_decay_fails_before_any_work(tmp_path: Path, tiny) -> None:
     with pytest.raises(ValueError, match=r"trainer.ema_decay=1.5"):
-        run_train(compose_config([*TINY, "trainer.ema_decay=1.5"], tmp_path))
+        run_train(compose_config([*tiny, "trainer.ema_decay=1.5"], tmp_path))
     assert not (tmp_path / "checkpoints").exists()

@@ -12,15 +12,6 @@ import torch
 from foldexp.train.app import compose_config
 from foldexp.train.optim import OptimizerSet, build_optimizer
 
-TINY = [
-    "dataset.n=300",
-    "trainer.batch_size=16",
-    "trainer.progress=false",
-    "trainer.plots=false",
-    "model.hidden_size=16",
-    "model.embed_size=8",
-]
-
 
 def _params() -> tuple[torch.nn.Parameter, torch.nn.Parameter]:
     torch.manual_seed(0)
@@ -81,11 +72,11 @@ def test_unknown_group_optimizer_is_named() -> None:
 
 
 def test_sgd_word_table_trains_and_resumes_like_an_uninterrupted_run(
-    resume_matches_uninterrupted,
+    resume_matches_uninterrupted, tiny
 ) -> None:
-    resume_matches_uninterrupted([*TINY, "model.embedding_optimizer=sgd", "model.embedding_lr=0.5"])
+    resume_matches_uninterrupted([*tiny, "model.embedding_optimizer=sgd", "model.embedding_lr=0.5"])
 
 
-def test_embedding_optimizer_value_is_checked_at_compose_time(tmp_path: Path) -> None:
+def test_embedding_optimizer_value_is_checked_at_compose_time(tmp_path: Path, tiny) -> None:
     with pytest.raises(Exception, match="embedding_optimizer"):
-        compose_config([*TINY, "model.embedding_optimizer=adamw"], tmp_path)
+        compose_config([*tiny, "model.embedding_optimizer=adamw"], tmp_path)
