@@ -21,7 +21,7 @@ from torch import nn
 import foldexp.blocks as fb
 from foldexp.compiler.schedule import Plan
 from foldexp.executor.compiled import Compiler
-from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf, tanh
+from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf
 
 __all__ = [
     "binary_tree_lstm",
@@ -77,8 +77,8 @@ class _WordTreeLSTMCell(nn.Module):
         (hl, cl), (hr, cr) = children
         z = self.cell.gates(torch.cat([hl, hr], dim=1)) + self.x_gates(x)
         i, fl, fr, o, u = z.chunk(5, dim=1)
-        c = torch.sigmoid(i) * tanh(u) + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
-        return torch.sigmoid(o) * tanh(c), c
+        c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
+        return torch.sigmoid(o) * torch.tanh(c), c
 
 
 @dataclass
