@@ -223,13 +223,14 @@ def _map(b: Map, tr: Tracer, memo: Memo) -> Fn:
         return lambda x: Repeat(elem(x.value))
 
     def run(x: Any) -> Any:
-        out = []
-        for i, item in enumerate(_as_list(b, x)):
-            try:
+        items = _as_list(b, x)
+        out: list[Any] = []
+        try:  # once per sequence, not per item; the failing item's index is len(out)
+            for item in items:
                 out.append(elem(item))
-            except InputError as e:
-                e.path.insert(0, i)
-                raise
+        except InputError as e:
+            e.path.insert(0, len(out))
+            raise
         return out
 
     return run
@@ -239,13 +240,15 @@ def _fold(b: Fold, tr: Tracer, memo: Memo) -> Fn:
     start, combine = trace_fn(b.start_block, tr, memo), trace_fn(b.combine_block, tr, memo)
 
     def run(x: Any) -> Any:
+        items = _as_list(b, x)
         state = start(None)
-        for i, item in enumerate(_as_list(b, x)):
-            try:
+        i = 0
+        try:
+            for i, item in enumerate(items):  # noqa: B007 (i is read by the except clause)
                 state = combine((state, item))
-            except InputError as e:
-                e.path.insert(0, i)
-                raise
+        except InputError as e:
+            e.path.insert(0, i)
+            raise
         return state
 
     return run
