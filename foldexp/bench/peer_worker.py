@@ -6,8 +6,9 @@ row. Protocol, one JSON object per line on stdout:
 
 1. setup (build the model, load the trees from ``params["trees_file"]``), then print
    ``{"status": "ready", ...}`` or ``{"status": "unavailable", "reason": ...}`` and exit;
-2. for every line ``step`` on stdin: run one batch (forward, loss, backward) and print
-   ``{"seconds": ..., ...}``; ``quit`` ends the process.
+2. for every line ``step K`` on stdin (``step`` alone: K = 1): run K batches back to back
+   (forward, loss, backward) and print ``{"seconds": [one per batch], ...}`` with the last
+   batch's extra numbers; ``quit`` ends the process.
 
 The bench drives all peers' processes in turn, one step each per round, so every peer is timed
 side by side under the same background load.
@@ -58,12 +59,15 @@ def main(argv: list[str]) -> int:
         return 0
     _emit({"status": "ready", "pid": os.getpid(), **meta})
     for line in sys.stdin:
-        cmd = line.strip()
-        if cmd == "quit":
+        cmd = line.split()
+        if not cmd or cmd[0] == "quit":
             break
-        t0 = time.perf_counter()
-        extra = step()
-        _emit({"seconds": time.perf_counter() - t0, **extra})
+        seconds, extra = [], {}
+        for _ in range(int(cmd[1]) if len(cmd) > 1 else 1):
+            t0 = time.perf_counter()
+            extra = step()
+            seconds.append(time.perf_counter() - t0)
+        _emit({"seconds": seconds, **extra})
     return 0
 
 

@@ -6,10 +6,13 @@ same sizes (issue 7: hidden 128, embeddings 128, vocabulary 1000, 5 classes, 256
 
 Each peer runs in its own process (``peer_worker.py``): DyNet reads its autobatching mode before
 import, and a missing or broken library then costs only its own row ("skipped: ..."). All
-processes start first and wait; the bench then asks each for one step in turn, round after
-round (rotating who goes first), so every peer's repeats are spread over the same stretch of
-time and share the same background load. The plain per-tree loop is about 30x slower than the
-rest, so it steps over the first ``loop_trees`` trees only (trees/s stays comparable).
+processes start first and wait; the bench then asks each in turn for ``steps_per_turn`` steps
+back to back, round after round (rotating who goes first), so every peer's repeats are spread
+over the same stretch of time and share the same background load. Every step is one timed
+repeat. Several steps per turn measure what a training loop sees, steps back to back: on these
+VMs a multi-threaded step that follows seconds of idling (the other peers' turns) tends to run
+slower than one that follows another step. The plain per-tree loop is about 30x slower than
+the rest, so it steps over the first ``loop_trees`` trees only (trees/s stays comparable).
 """
 
 from __future__ import annotations
@@ -124,6 +127,10 @@ def peer_cells(bench: Any, env: Env, seed: int, out_dir: Path) -> list[Cell]:
     for name in pc.implementations:  # fail before anything runs, not halfway through the grid
         if name not in PEERS:
             raise ValueError(f"bench.peers.implementations: unknown {name!r}; one of {list(PEERS)}")
+    if pc.steps_per_turn < 1:
+        raise ValueError(
+            f"bench.peers.steps_per_turn: expected at least 1, got {pc.steps_per_turn}"
+        )
     state: dict[str, Any] = {"peers": []}
     base: Record = {
         "experiment": "peers",
@@ -177,8 +184,9 @@ def peer_cells(bench: Any, env: Env, seed: int, out_dir: Path) -> list[Cell]:
         records: list[Record] = []
         live = state["peers"]
         k = r % max(1, len(live))
+        turn = pc.steps_per_turn
         for peer in live[k:] + live[:k]:
-            reply = peer.read() if peer.send("step") else None
+            reply = peer.read() if peer.send(f"step {turn}") else None
             if reply is None:
                 live.remove(peer)
                 peer.close()
@@ -187,21 +195,22 @@ def peer_cells(bench: Any, env: Env, seed: int, out_dir: Path) -> list[Cell]:
             if warm:
                 continue
             seconds = reply.pop("seconds")
-            records.append(
-                {
-                    **base,
-                    "column": peer.name,
-                    "repeat": r,
-                    "seconds": seconds,
-                    "batch_size": peer.count,
-                    "items": peer.count,
-                    "calls": reply.get("calls"),
-                    "schedule_s": reply.get("build_s"),
-                    "loss": reply.get("loss"),
-                    "load": os.getloadavg()[0],
-                    "note": f"{peer.meta.get('version', '')}; trees {state['digest']}",
-                }
-            )
+            for j, sec in enumerate(seconds if isinstance(seconds, list) else [seconds]):
+                records.append(
+                    {
+                        **base,
+                        "column": peer.name,
+                        "repeat": r * turn + j,
+                        "seconds": sec,
+                        "batch_size": peer.count,
+                        "items": peer.count,
+                        "calls": reply.get("calls"),
+                        "schedule_s": reply.get("build_s"),
+                        "loss": reply.get("loss"),
+                        "load": os.getloadavg()[0],
+                        "note": f"{peer.meta.get('version', '')}; trees {state['digest']}",
+                    }
+                )
         return records
 
     def stop() -> list[Record]:

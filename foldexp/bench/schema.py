@@ -80,6 +80,7 @@ class PeersConfig:
     loop_trees: int = 64
     warmup: int = 1
     repeats: int = 5
+    steps_per_turn: int = 1
     timeout_s: float = 600.0
     dynet_mem: int = 1536
     python: str = ""
