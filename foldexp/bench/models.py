@@ -26,6 +26,7 @@ from torch import nn
 
 import foldexp.blocks as fb
 from foldexp.bench.trees import Levels
+from foldexp.kernels import Linear
 
 __all__ = [
     "PaperTreeCell",
@@ -39,8 +40,8 @@ class PaperTreeCell(nn.Module):
 
     def __init__(self, n: int) -> None:
         super().__init__()
-        self.hidden = nn.Linear(2 * n, n)
-        self.gates = nn.Linear(n, 4 * n)
+        self.hidden = Linear(2 * n, n)
+        self.gates = Linear(n, 4 * n)
 
     def forward(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
         h0 = F.relu(self.hidden(torch.cat([left, right], dim=1)))

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from foldexp.kernels import Linear
 from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf
 
 __all__ = ["Unavailable", "TreeLSTMParams", "setup", "IMPLS"]
@@ -50,7 +51,7 @@ class TreeLSTMParams(nn.Module):
         self.embed = nn.Embedding(vocab, embed)
         self.leaf = TreeLSTMLeaf(embed, hidden)
         self.cell = BinaryTreeLSTMCell(hidden)
-        self.out = nn.Linear(hidden, classes)
+        self.out = Linear(hidden, classes)
 
     def word(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.leaf(self.embed(ids))

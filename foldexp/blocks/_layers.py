@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from foldexp.kernels import Linear
 from foldexp.types import TensorType, TupleType, Type
 
 __all__ = ["FC", "Embedding"]
@@ -43,7 +44,7 @@ class FC(nn.Module):
         self.num_units_out = num_units_out
         self.activation = activation
         self.input_size: int | None = None
-        self.linear: nn.Linear | None = None
+        self.linear: Linear | None = None
         self.in_drop = nn.Dropout(1 - input_keep_prob) if input_keep_prob else None
         self.out_drop = nn.Dropout(1 - output_keep_prob) if output_keep_prob else None
         self.name = name
@@ -61,7 +62,7 @@ class FC(nn.Module):
         size = sum(t.shape[0] for t in items)  # type: ignore[union-attr]
         if self.linear is None:
             self.input_size = size
-            self.linear = nn.Linear(size, self.num_units_out)
+            self.linear = Linear(size, self.num_units_out)
         elif size != self.input_size:
             raise TypeError(
                 f"{block or self!r} was built for inputs of size {self.input_size}, "

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from foldexp.kernels import Linear
+
 __all__ = [
     "TreeLSTMLeaf",
     "BinaryTreeLSTMCell",
@@ -32,7 +34,7 @@ class TreeLSTMLeaf(nn.Module):
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
         self.hidden_size = hidden_size
-        self.gates = nn.Linear(input_size, 3 * hidden_size)
+        self.gates = Linear(input_size, 3 * hidden_size)
 
     def forward(self, x: torch.Tensor) -> State:  # x: (batch, input)
         i, o, u = self.gates(x).chunk(3, dim=1)
@@ -48,7 +50,7 @@ class BinaryTreeLSTMCell(nn.Module):
     def __init__(self, hidden_size: int) -> None:
         super().__init__()
         self.hidden_size = hidden_size
-        self.gates = nn.Linear(2 * hidden_size, 5 * hidden_size)
+        self.gates = Linear(2 * hidden_size, 5 * hidden_size)
 
     def forward(self, left: State, right: State) -> State:
         (hl, cl), (hr, cr) = left, right
@@ -70,9 +72,9 @@ class TreeLSTMCell(nn.Module):
     def __init__(self, hidden_size: int, input_size: int | None = None) -> None:
         super().__init__()
         self.hidden_size, self.input_size = hidden_size, input_size
-        self.gates: nn.Linear | None = None
+        self.gates: Linear | None = None
         if input_size is not None:
-            self.gates = nn.Linear(input_size + 2 * hidden_size, 5 * hidden_size)
+            self.gates = Linear(input_size + 2 * hidden_size, 5 * hidden_size)
 
     def build_for_input_type(self, input_type: Any, block: Any = None) -> None:
         """Sizes the gates from ``TupleType(TensorType(input), ((h, c), (h, c)))``."""
@@ -95,7 +97,7 @@ class TreeLSTMCell(nn.Module):
         size = input_type[0].shape[0]
         if self.gates is None:
             self.input_size = size
-            self.gates = nn.Linear(size + 2 * n, 5 * n)
+            self.gates = Linear(size + 2 * n, 5 * n)
         elif size != self.input_size:
             raise TypeError(f"{block or self!r} was built for inputs of size {self.input_size}")
 
@@ -116,9 +118,9 @@ class ChildSumTreeLSTMCell(nn.Module):
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
         self.hidden_size = hidden_size
-        self.x_gates = nn.Linear(input_size, 4 * hidden_size)
-        self.h_iou = nn.Linear(hidden_size, 3 * hidden_size, bias=False)
-        self.h_f = nn.Linear(hidden_size, hidden_size, bias=False)
+        self.x_gates = Linear(input_size, 4 * hidden_size)
+        self.h_iou = Linear(hidden_size, 3 * hidden_size, bias=False)
+        self.h_f = Linear(hidden_size, hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, *children: State) -> State:
         xi, xo, xu, xf = self.x_gates(x).chunk(4, dim=1)

@@ -23,6 +23,7 @@ from torch import nn
 import foldexp.blocks as fb
 from foldexp.compiler.schedule import Plan
 from foldexp.executor.compiled import Compiler
+from foldexp.kernels import Linear
 from foldexp.models.cells import LSTMCell
 from foldexp.types import TensorType, TupleType
 
@@ -90,7 +91,7 @@ class SequenceLSTMClassifier(nn.Module):
         # Examples are immutable and recur every epoch: trace each sentence once.
         self.compiler = Compiler(sentence, cache_traces=True)
         self.dropout = nn.Dropout(dropout)
-        self.classify = nn.Linear(hidden_size, num_classes)
+        self.classify = Linear(hidden_size, num_classes)
 
     def collate(self, examples: Sequence[tuple[list[str], int]]) -> SentenceBatch:
         """Traces and schedules a batch (safe to call in DataLoader workers)."""

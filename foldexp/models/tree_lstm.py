@@ -21,6 +21,7 @@ from torch import nn
 import foldexp.blocks as fb
 from foldexp.compiler.schedule import Plan
 from foldexp.executor.compiled import Compiler
+from foldexp.kernels import Linear
 from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf
 
 __all__ = [
@@ -53,7 +54,7 @@ def tree_lstm_classifier(
     return (
         binary_tree_lstm(vocab_size, embed_size, hidden_size)
         >> fb.GetItem(0)
-        >> fb.Function(nn.Linear(hidden_size, num_classes))
+        >> fb.Function(Linear(hidden_size, num_classes))
     )
 
 
@@ -71,7 +72,7 @@ class _WordTreeLSTMCell(nn.Module):
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
         self.cell = BinaryTreeLSTMCell(hidden_size)
-        self.x_gates = nn.Linear(input_size, 5 * hidden_size, bias=False)
+        self.x_gates = Linear(input_size, 5 * hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, children: Any) -> tuple[torch.Tensor, torch.Tensor]:
         (hl, cl), (hr, cr) = children
@@ -163,7 +164,7 @@ class TreeLSTMClassifier(nn.Module):
         # Trees are immutable and recur every epoch: trace each once, re-batch it afterwards.
         self.compiler = Compiler(tree() >> fb.GetItem(0), cache_traces=True)
         self.dropout = nn.Dropout(dropout)
-        self.classify = nn.Linear(hidden_size, num_classes)
+        self.classify = Linear(hidden_size, num_classes)
         self.embedding = embedding
         self.embedding_lr, self.embedding_weight_decay = embedding_lr, embedding_weight_decay
         self.embedding_optimizer = embedding_optimizer

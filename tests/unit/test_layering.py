@@ -1,7 +1,7 @@
 """The layers stay visible: no module imports from a layer above its own.
 
-types → blocks → compiler → executor → models → train / bench → cli; ``foldexp.data`` is a leaf
-that imports nothing else from foldexp.
+types, kernels → blocks → compiler → executor → models → train / bench → cli; ``foldexp.data``
+is a leaf that imports nothing else from foldexp.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import foldexp
 
 ROOT = Path(foldexp.__file__).parent
 RANK = {
-    "types": 0, "blocks": 1, "compiler": 2, "executor": 3, "testing": 4, "models": 4,
+    "types": 0, "kernels": 0, "blocks": 1, "compiler": 2, "executor": 3, "testing": 4, "models": 4,
     "data": 4, "config": 5, "train": 5, "bench": 5, "demo": 5, "cli": 6, "__main__": 6,
     "__init__": 3, "conf": 5,
 }  # fmt: skip

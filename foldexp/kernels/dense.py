@@ -1,0 +1,120 @@
+"""Dense layers whose CPU matrix products run on oneDNN instead of MKL.
+
+Why this exists: torch's CPU ``addmm``/``mm`` in float32 call MKL, and MKL chooses its code path
+by CPU *vendor*: on AMD processors with AVX-512 it runs its AVX2 kernels. oneDNN, which torch
+ships as well (``torch.backends.mkldnn``), chooses by CPU *features*. On the 2-core AMD EPYC
+machines this project is measured on (torch 2.13.0, 2 threads), a Tree-LSTM's gate matmul
+((N, 256) by (256, 640)) runs at ≈ 175 GFLOP/s through ``addmm`` and ≈ 350-400 through oneDNN;
+the input gradient gains as much, the weight gradient ≈ 1.5x (``benchmarks/onednn_linear.py``).
+Matmuls are most of a Tree-LSTM step, so this is the largest single speed-up the engine has.
+
+``linear(x, weight, bias)`` computes ``F.linear(x, weight, bias)``. It takes the oneDNN route
+only where that route exists and pays: a CPU float32 input of at least ``MIN_ROWS`` rows, and a
+torch built with oneDNN. Everywhere else (CUDA, float64, a single row, torch without oneDNN) it
+is ``F.linear`` itself. The oneDNN route is an ``autograd.Function`` whose backward makes one
+oneDNN call for the input gradient and one for the weight gradient; it supports one level of
+differentiation (a second ``backward`` through it raises), which is all training needs.
+
+``Linear`` is ``nn.Linear`` with that forward: same parameters, same ``state_dict`` keys, so
+checkpoints move freely between the two.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+__all__ = ["Linear", "linear", "onednn_enabled", "set_onednn_enabled", "MIN_ROWS"]
+
+# Below this many rows a layer is cheap and the fixed costs (oneDNN ≈ 20 µs a call, plus the
+# Python autograd.Function) exceed what oneDNN saves: measured break-even between 32 and 64 rows (layer
+# 256 -> 640, 2 threads, `benchmarks/onednn_linear.py`).
+MIN_ROWS = 48
+
+_AVAILABLE = bool(
+    torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+)
+_enabled = _AVAILABLE
+
+
+def onednn_enabled() -> bool:
+    """Whether ``linear`` may take the oneDNN route (available and not switched off)."""
+    return _enabled
+
+
+def set_onednn_enabled(enabled: bool) -> bool:
+    """Switches the oneDNN route on or off (for A/B measurements and tests); returns the old
+    setting. Switching it on where torch has no oneDNN leaves it off."""
+    global _enabled
+    old, _enabled = _enabled, bool(enabled) and _AVAILABLE
+    return old
+
+
+def _mm(a: torch.Tensor, b_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``a @ b_t.T + bias`` in one oneDNN call (both operands may be transposed views)."""
+    return torch.ops.mkldnn._linear_pointwise(a, b_t, bias, "none", [], "")
+
+
+def _plain_2d(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself when it is row- or column-major, else a contiguous copy (oneDNN describes
+    both layouts without copying; other strides, like expanded zeros, it would not)."""
+    if t.is_contiguous() or t.t().is_contiguous():
+        return t
+    return t.contiguous()
+
+
+class _OneDnnLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        x, weight = _plain_2d(x), _plain_2d(weight)
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _mm(x, weight, bias)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, weight = ctx.saved_tensors
+        dy = _plain_2d(dy)
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = _mm(dy, weight.t(), None)
+        if ctx.needs_input_grad[1]:
+            # (xᵀ dy)ᵀ: oneDNN runs this orientation ≈ 1.4x faster than dyᵀ x.
+            dw = _mm(x.t(), dy.t(), None).t()
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy.sum(0)
+        return dx, dw, db
+
+
+def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    return (
+        _enabled
+        and x.dim() == 2
+        and x.shape[0] >= MIN_ROWS
+        and x.dtype == torch.float32
+        and weight.dtype == torch.float32
+        and x.device.type == "cpu"
+        and weight.device.type == "cpu"
+        and x.layout == torch.strided
+    )
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``, through oneDNN where that is faster (see the module doc)."""
+    if _use_onednn(x, weight):
+        return _OneDnnLinear.apply(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` whose forward is ``linear``: the same parameters and ``state_dict``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias)

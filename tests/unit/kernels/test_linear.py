@@ -1,0 +1,123 @@
+"""``foldexp.kernels.linear``: the oneDNN route equals ``F.linear`` in values and gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from foldexp.kernels import MIN_ROWS, Linear, linear, onednn_enabled, set_onednn_enabled
+from foldexp.kernels import dense as linear_module
+
+needs_onednn = pytest.mark.skipif(not onednn_enabled(), reason="torch built without oneDNN")
+
+
+@pytest.fixture
+def onednn_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
+    """Records the shapes of the oneDNN calls, so a test can prove which route ran."""
+    calls: list[tuple[int, ...]] = []
+    real = linear_module._mm
+
+    def spy(a: torch.Tensor, b_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        calls.append((*a.shape, *b_t.shape))
+        return real(a, b_t, bias)
+
+    monkeypatch.setattr(linear_module, "_mm", spy)
+    return calls
+
+
+def _layouts(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The same values as row-major, column-major and a column slice of a wider tensor."""
+    n, k = x.shape
+    wide = torch.randn(n, k + 5)
+    wide[:, 2 : 2 + k] = x
+    return {"contiguous": x.clone(), "transposed": x.t().contiguous().t(), "slice": wide[:, 2 : 2 + k]}
+
+
+def _check(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> None:
+    leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in (x, w, b)]
+    ref = [t.detach().clone().requires_grad_() if t is not None else None for t in (x, w, b)]
+    y = linear(*leaves)
+    y_ref = F.linear(*ref)
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
+    g = torch.randn_like(y_ref)
+    y.backward(g)
+    y_ref.backward(g)
+    for got, want in zip(leaves, ref):
+        if got is not None:
+            torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-4)
+
+
+@needs_onednn
+@pytest.mark.parametrize("rows", [MIN_ROWS, MIN_ROWS + 17, 300])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "slice"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_values_and_gradients_equal_f_linear(
+    rows: int, layout: str, bias: bool, onednn_calls: list
+) -> None:
+    torch.manual_seed(rows)
+    x = _layouts(torch.randn(rows, 13))[layout]
+    w = torch.randn(7, 13)
+    _check(x, w, torch.randn(7) if bias else None)
+    # forward, input gradient, weight gradient: three oneDNN calls
+    assert onednn_calls == [(rows, 13, 7, 13), (rows, 7, 13, 7), (13, rows, 7, rows)]
+
+
+@needs_onednn
+def test_weight_and_input_gradients_only_when_needed(onednn_calls: list) -> None:
+    n = MIN_ROWS + 3
+    x = torch.randn(n, 6)  # no gradient wanted for the input
+    w = torch.randn(4, 6, requires_grad=True)
+    linear(x, w).sum().backward()
+    assert onednn_calls == [(n, 6, 4, 6), (6, n, 4, n)]
+    torch.testing.assert_close(w.grad, torch.ones(n, 4).t() @ x)
+
+
+@pytest.mark.parametrize(
+    "x",
+    [
+        torch.randn(MIN_ROWS - 1, 5),  # too few rows to pay
+        torch.randn(MIN_ROWS, 5, dtype=torch.float64),  # oneDNN route is float32 only
+        torch.randn(3, MIN_ROWS, 5),  # batch dimensions: plain F.linear
+    ],
+    ids=["few-rows", "float64", "3d"],
+)
+def test_other_inputs_take_f_linear(x: torch.Tensor, onednn_calls: list) -> None:
+    w = torch.randn(4, 5, dtype=x.dtype, requires_grad=True)
+    y = linear(x, w)
+    y.sum().backward()
+    assert onednn_calls == []
+    torch.testing.assert_close(y, F.linear(x, w))
+
+
+@needs_onednn
+def test_switching_off_restores_f_linear(onednn_calls: list) -> None:
+    old = set_onednn_enabled(False)
+    try:
+        assert not onednn_enabled()
+        linear(torch.randn(MIN_ROWS, 5), torch.randn(3, 5))
+        assert onednn_calls == []
+    finally:
+        set_onednn_enabled(old)
+    linear(torch.randn(MIN_ROWS, 5), torch.randn(3, 5))
+    assert len(onednn_calls) == 1
+
+
+@needs_onednn
+def test_second_order_gradients_raise_clearly() -> None:
+    x = torch.randn(MIN_ROWS, 5, requires_grad=True)
+    w = torch.randn(3, 5, requires_grad=True)
+    (gx,) = torch.autograd.grad(linear(x, w).pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="(?i)once|differentiab"):
+        gx.sum().backward()
+
+
+def test_module_is_nn_linear_with_the_same_state_dict() -> None:
+    torch.manual_seed(0)
+    ours, plain = Linear(6, 4), nn.Linear(6, 4)
+    assert isinstance(ours, nn.Linear)
+    assert ours.state_dict().keys() == plain.state_dict().keys()
+    ours.load_state_dict(plain.state_dict())
+    x = torch.randn(MIN_ROWS + 1, 6)
+    torch.testing.assert_close(ours(x), plain(x), rtol=1e-5, atol=1e-5)
