@@ -44,6 +44,29 @@ def _row(label: str, flops: float, med: dict[str, float]) -> str:
     return f"{label:<28} {cells}  {a / b:5.2f}x"
 
 
+def _cases(
+    mm: Callable, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, dy: torch.Tensor
+) -> dict:
+    """The three products of a linear layer's step, MKL (torch's default) and oneDNN."""
+    return {
+        "forward": {"mkl": lambda: torch.addmm(b, x, w.t()), "onednn": lambda: mm(x, w, b)},
+        "input gradient": {"mkl": lambda: dy @ w, "onednn": lambda: mm(dy, w.t(), None)},
+        "weight gradient": {
+            "mkl": lambda: dy.t() @ x,
+            "onednn": lambda: mm(x.t(), dy.t(), None).t(),
+        },
+    }
+
+
+def _layer_steps(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, dy: torch.Tensor) -> dict:
+    """A whole forward + backward: ``F.linear`` against ``foldexp.kernels.linear``."""
+    xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
+    return {
+        "mkl": lambda: F.linear(xg, wg, bg).backward(dy),
+        "onednn": lambda: dense.linear(xg, wg, bg).backward(dy),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -64,25 +87,10 @@ def main() -> None:
         x, w, b, dy = torch.randn(n, k), torch.randn(m, k), torch.randn(m), torch.randn(n, m)
         flops = 2.0 * n * k * m
         reps = max(3, int(4e4 / max(n, 1)))
-        cases = {
-            "forward": {"mkl": lambda: torch.addmm(b, x, w.t()), "onednn": lambda: mm(x, w, b)},
-            "input gradient": {"mkl": lambda: dy @ w, "onednn": lambda: mm(dy, w.t(), None)},
-            "weight gradient": {
-                "mkl": lambda: dy.t() @ x,
-                "onednn": lambda: mm(x.t(), dy.t(), None).t(),
-            },
-        }
+        cases = _cases(mm, x, w, b, dy)
         for label, fns in cases.items():
             print(_row(f"{n:>6} rows, {label}", flops, _median_s(fns, args.rounds, reps)))
-        xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
-
-        def step(fn: Callable[..., torch.Tensor]) -> None:
-            fn(xg, wg, bg).backward(dy)
-
-        def ours() -> None:
-            step(dense.linear)
-
-        med = _median_s({"mkl": lambda: step(F.linear), "onednn": ours}, args.rounds, reps)
+        med = _median_s(_layer_steps(x, w, b, dy), args.rounds, reps)
         print(_row(f"{n:>6} rows, linear fwd+bwd", 3 * flops, med))
 
 

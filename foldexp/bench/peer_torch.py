@@ -7,7 +7,9 @@ cross-entropy, backward -- with the same modules, so only the batching differs:
 - ``engine``: foldexp (``Compiler.build`` traces and schedules, ``run`` executes); also with
   per-input traces cached (``engine_cached``), in DyNet's agenda order (``engine_agenda``), and
   without merging equal invocations (``engine_unmerged``: every leaf computed, as every peer
-  does; by default a word's leaf state is computed once per batch);
+  does; by default a word's leaf state is computed once per batch), and with torch's default
+  MKL matmuls instead of oneDNN (``engine_mkl``; all other PyTorch peers share the model's
+  oneDNN layers, ``foldexp/kernels/dense.py``);
 - ``loop``: plain PyTorch, each tree evaluated node by node (no batching at all);
 - ``level``: hand-written level-by-level batching: number the nodes of the whole batch by
   height, then one cell call per height, children gathered from the levels below;
@@ -33,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from foldexp.kernels import Linear
+from foldexp.kernels import Linear, set_onednn_enabled
 from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf
 
 __all__ = ["Unavailable", "TreeLSTMParams", "setup", "IMPLS"]
@@ -320,11 +322,19 @@ def _engine_unmerged(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tu
     return _engine(m, trees, labels, merge_duplicates=False)
 
 
+def _engine_mkl(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
+    # torch's default CPU matmuls (MKL) instead of oneDNN (``foldexp/kernels/dense.py``): what
+    # the engine gains from oneDNN alone. Every other PyTorch peer shares the oneDNN layers.
+    set_onednn_enabled(False)
+    return _engine(m, trees, labels)
+
+
 IMPLS = {
     "engine": _engine,
     "engine_cached": _engine_cached,
     "engine_agenda": _engine_agenda,
     "engine_unmerged": _engine_unmerged,
+    "engine_mkl": _engine_mkl,
     "loop": _loop,
     "level": _level,
     "torchfold": _torchfold,

@@ -38,6 +38,7 @@ PEERS = {
     "engine_cached": "foldexp engine, per-input traces cached (schedule + run)",
     "engine_agenda": "foldexp engine, DyNet's agenda order instead of depth",
     "engine_unmerged": "foldexp engine, equal invocations not merged (every leaf computed)",
+    "engine_mkl": "foldexp engine, torch's default MKL matmuls instead of oneDNN",
     "loop": "plain per-tree PyTorch loop",
     "level": "hand-written level-by-level batching (PyTorch)",
     "dynet": "DyNet, autobatch off",

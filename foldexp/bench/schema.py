@@ -62,6 +62,7 @@ class PeersConfig:
             "engine_cached",
             "engine_agenda",
             "engine_unmerged",
+            "engine_mkl",
             "loop",
             "level",
             "dynet",

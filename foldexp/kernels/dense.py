@@ -1,11 +1,11 @@
 """Dense layers whose CPU matrix products run on oneDNN instead of MKL.
 
-Why this exists: torch's CPU ``addmm``/``mm`` in float32 call MKL, and MKL chooses its code path
-by CPU *vendor*: on AMD processors with AVX-512 it runs its AVX2 kernels. oneDNN, which torch
-ships as well (``torch.backends.mkldnn``), chooses by CPU *features*. On the 2-core AMD EPYC
+Why this exists: torch's CPU ``addmm``/``mm`` in float32 call MKL, which picks its kernels by CPU
+*vendor*; on AMD processors it runs at AVX2 speed even where the CPU has AVX-512. oneDNN, which
+torch ships as well (``torch.backends.mkldnn``), picks by CPU *features*. On the 2-core AMD EPYC
 machines this project is measured on (torch 2.13.0, 2 threads), a Tree-LSTM's gate matmul
 ((N, 256) by (256, 640)) runs at ≈ 175 GFLOP/s through ``addmm`` and ≈ 350-400 through oneDNN;
-the input gradient gains as much, the weight gradient ≈ 1.5x (``benchmarks/onednn_linear.py``).
+the input gradient gains as much, the weight gradient 1.6-2x (``benchmarks/onednn_linear.py``).
 Matmuls are most of a Tree-LSTM step, so this is the largest single speed-up the engine has.
 
 ``linear(x, weight, bias)`` computes ``F.linear(x, weight, bias)``. It takes the oneDNN route
@@ -31,8 +31,8 @@ from torch.autograd.function import once_differentiable
 __all__ = ["Linear", "linear", "onednn_enabled", "set_onednn_enabled", "MIN_ROWS"]
 
 # Below this many rows a layer is cheap and the fixed costs (oneDNN ≈ 20 µs a call, plus the
-# Python autograd.Function) exceed what oneDNN saves: measured break-even between 32 and 64 rows (layer
-# 256 -> 640, 2 threads, `benchmarks/onednn_linear.py`).
+# Python autograd.Function) exceed what oneDNN saves: the measured break-even lies between 32
+# and 64 rows (layer 256 -> 640, 2 threads, `benchmarks/onednn_linear.py`).
 MIN_ROWS = 48
 
 _AVAILABLE = bool(

@@ -32,7 +32,11 @@ def _layouts(x: torch.Tensor) -> dict[str, torch.Tensor]:
     n, k = x.shape
     wide = torch.randn(n, k + 5)
     wide[:, 2 : 2 + k] = x
-    return {"contiguous": x.clone(), "transposed": x.t().contiguous().t(), "slice": wide[:, 2 : 2 + k]}
+    return {
+        "contiguous": x.clone(),
+        "transposed": x.t().contiguous().t(),
+        "slice": wide[:, 2 : 2 + k],
+    }
 
 
 def _check(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> None:

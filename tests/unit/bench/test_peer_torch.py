@@ -1,0 +1,36 @@
+"""The PyTorch peers of ``bench=peers`` agree on the loss; ``engine_mkl`` switches oneDNN off."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from foldexp.bench import peer_torch
+from foldexp.bench.trees import make_trees
+from foldexp.kernels import MIN_ROWS, onednn_enabled, set_onednn_enabled
+
+
+def _tuples(node: list) -> tuple:
+    return (node[0],) if len(node) == 1 else (_tuples(node[0]), _tuples(node[1]))
+
+
+@pytest.fixture
+def restore_onednn():
+    old = onednn_enabled()
+    yield
+    set_onednn_enabled(old)
+
+
+@pytest.mark.skipif(not onednn_enabled(), reason="torch built without oneDNN")
+@pytest.mark.usefixtures("restore_onednn")
+def test_peers_agree_and_engine_mkl_uses_default_matmuls() -> None:
+    # enough trees that the leaf and lowest cell levels reach the oneDNN route
+    trees = [_tuples(t) for t in make_trees(2 * MIN_ROWS, 8, 50, 0)]
+    labels = np.random.default_rng(1).integers(5, size=len(trees)).tolist()
+    params = {"vocab": 50, "embed": 16, "hidden": 16, "classes": 5, "seed": 0}
+    losses = {}
+    for name in ["engine", "level", "loop", "engine_mkl"]:
+        step, _ = peer_torch.setup(name, params, trees, labels)
+        losses[name] = step()["loss"]
+        assert onednn_enabled() is (name != "engine_mkl")  # engine_mkl runs last
+    assert max(losses.values()) - min(losses.values()) < 1e-5, losses
