@@ -50,6 +50,7 @@ class SelectMode(str, Enum):
 class DeviceConfig:
     name: DeviceName = DeviceName.cpu
     threads: int = 2
+    onednn: bool = True
 
 
 @dataclass

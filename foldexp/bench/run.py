@@ -24,6 +24,7 @@ from foldexp.bench.cells import Cell, Record
 from foldexp.bench.markdown import render
 from foldexp.bench.results import CSV_NAME, table1_summary, throughput_summary, to_frame
 from foldexp.bench.timing import setup_env
+from foldexp.kernels import set_onednn_enabled
 
 __all__ = ["run_bench", "summarize"]
 
@@ -63,6 +64,7 @@ def run_bench(cfg: DictConfig) -> pd.DataFrame:
     np.random.seed(seed)
     torch.manual_seed(seed)
     env = setup_env(str(getattr(cfg.device.name, "value", cfg.device.name)), cfg.device.threads)
+    set_onednn_enabled(cfg.device.onednn)
     (out_dir / "bench_config.yaml").write_text(OmegaConf.to_yaml(cfg))
     cells = _cells(cfg, env, out_dir)
     quiet = not (cfg.bench.progress and sys.stderr.isatty())

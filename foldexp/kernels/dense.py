@@ -17,10 +17,22 @@ differentiation (a second ``backward`` through it raises), which is all training
 
 ``Linear`` is ``nn.Linear`` with that forward: same parameters, same ``state_dict`` keys, so
 checkpoints move freely between the two.
+
+Shapes. oneDNN compiles a kernel for every shape it meets (≈ 1 ms each) and caches it. A dynamic
+batch has a new row count at nearly every depth of every batch, so unpadded, SST training spent
+its time compiling (epochs 12.7-13.9 s against 8.4-10.0 with MKL) and grew to 1.2-1.8 GB RSS
+(609 MB with MKL). Rows are therefore padded with zeros up to one of 8 sizes per octave
+(``padded_rows``: at most 12.5% more rows): a few dozen shapes per layer, compiled once, then
+cache hits for the rest of the run. Both caches (torch's ideep layer, ``LRU_CACHE_CAPACITY``, and
+oneDNN's, ``ONEDNN_PRIMITIVE_CACHE_CAPACITY``; 1024 entries each by default, roughly half a MB an
+entry) are also capped at ``CACHE_CAPACITY`` unless the user has set them. Both variables are
+read when oneDNN first runs; ``import foldexp`` imports this module before any oneDNN op.
+``python benchmarks/onednn_linear.py --vary LO HI`` measures a new row count at every call.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -28,12 +40,16 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-__all__ = ["Linear", "linear", "onednn_enabled", "set_onednn_enabled", "MIN_ROWS"]
+__all__ = ["Linear", "linear", "onednn_enabled", "set_onednn_enabled", "padded_rows", "MIN_ROWS"]
 
 # Below this many rows a layer is cheap and the fixed costs (oneDNN ≈ 20 µs a call, plus the
 # Python autograd.Function) exceed what oneDNN saves: the measured break-even lies between 32
 # and 64 rows (layer 256 -> 640, 2 threads, `benchmarks/onednn_linear.py`).
 MIN_ROWS = 48
+
+CACHE_CAPACITY = 256
+for _var in ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY"):
+    os.environ.setdefault(_var, str(CACHE_CAPACITY))
 
 _AVAILABLE = bool(
     torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
@@ -67,27 +83,45 @@ def _plain_2d(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
+def padded_rows(n: int) -> int:
+    """``n`` rounded up to one of 8 row counts per octave (≤ 12.5% padding, at least 8 rows)."""
+    step = max(8, 1 << max(0, n.bit_length() - 4))
+    return -(-n // step) * step
+
+
+def _pad_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
+    """``t`` with zero rows appended up to ``rows`` (``t`` itself, plain, when it has them)."""
+    if t.shape[0] == rows:
+        return _plain_2d(t)
+    out = t.new_empty(rows, t.shape[1])
+    out[: t.shape[0]] = t
+    out[t.shape[0] :].zero_()
+    return out
+
+
 class _OneDnnLinear(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     ) -> torch.Tensor:
-        x, weight = _plain_2d(x), _plain_2d(weight)
+        n = x.shape[0]
+        x, weight = _pad_rows(x, padded_rows(n)), _plain_2d(weight)
         ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
-        return _mm(x, weight, bias)
+        ctx.rows, ctx.has_bias = n, bias is not None
+        return _mm(x, weight, bias)[:n]
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        x, weight = ctx.saved_tensors
-        dy = _plain_2d(dy)
+        x, weight = ctx.saved_tensors  # x padded; the padding's zero gradient rows add nothing
+        n = ctx.rows
+        dy_padded = _pad_rows(dy, x.shape[0])
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            dx = _mm(dy, weight.t(), None)
+            dx = _mm(dy_padded, weight.t(), None)[:n]
         if ctx.needs_input_grad[1]:
             # (xᵀ dy)ᵀ: oneDNN runs this orientation ≈ 1.4x faster than dyᵀ x.
-            dw = _mm(x.t(), dy.t(), None).t()
+            dw = _mm(x.t(), dy_padded.t(), None).t()
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy.sum(0)
         return dx, dw, db

@@ -38,6 +38,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from foldexp.kernels import set_onednn_enabled
 from foldexp.train import distributed as dd
 from foldexp.train.artifacts import plot_curves, write_json, write_metrics_csv
 from foldexp.train.checkpoint import (
@@ -235,6 +236,7 @@ def _seed_rank(seed: int, rank: int) -> None:
 
 def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[str, Any]:
     tc = cfg.trainer
+    set_onednn_enabled(cfg.device.onednn)
     if cfg.device.threads:
         torch.set_num_threads(cfg.device.threads)
         local = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from foldexp.kernels import MIN_ROWS, Linear, linear, onednn_enabled, set_onednn_enabled
+from foldexp.kernels import (
+    MIN_ROWS,
+    Linear,
+    linear,
+    onednn_enabled,
+    padded_rows,
+    set_onednn_enabled,
+)
 from foldexp.kernels import dense as linear_module
 
 needs_onednn = pytest.mark.skipif(not onednn_enabled(), reason="torch built without oneDNN")
@@ -64,8 +72,9 @@ def test_values_and_gradients_equal_f_linear(
     x = _layouts(torch.randn(rows, 13))[layout]
     w = torch.randn(7, 13)
     _check(x, w, torch.randn(7) if bias else None)
-    # forward, input gradient, weight gradient: three oneDNN calls
-    assert onednn_calls == [(rows, 13, 7, 13), (rows, 7, 13, 7), (13, rows, 7, rows)]
+    # forward, input gradient, weight gradient: three oneDNN calls on zero-padded rows
+    p = padded_rows(rows)
+    assert onednn_calls == [(p, 13, 7, 13), (p, 7, 13, 7), (13, p, 7, p)]
 
 
 @needs_onednn
@@ -74,8 +83,18 @@ def test_weight_and_input_gradients_only_when_needed(onednn_calls: list) -> None
     x = torch.randn(n, 6)  # no gradient wanted for the input
     w = torch.randn(4, 6, requires_grad=True)
     linear(x, w).sum().backward()
-    assert onednn_calls == [(n, 6, 4, 6), (6, n, 4, n)]
+    p = padded_rows(n)
+    assert onednn_calls == [(p, 6, 4, 6), (6, p, 4, p)]
     torch.testing.assert_close(w.grad, torch.ones(n, 4).t() @ x)
+
+
+def test_padded_rows_bound_the_shapes_and_the_waste() -> None:
+    counts = range(MIN_ROWS, 20_000)
+    padded = [padded_rows(n) for n in counts]
+    assert all(n <= p <= max(n + 7, n * 1.125) for n, p in zip(counts, padded))
+    assert all(padded_rows(p) == p for p in padded)  # a padded count stays put
+    octaves = np.log2(counts[-1] / counts[0])
+    assert len(set(padded)) <= 8 * (octaves + 1)  # a few dozen shapes, not one per count
 
 
 @pytest.mark.parametrize(
