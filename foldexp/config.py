@@ -51,6 +51,7 @@ class DeviceConfig:
     name: DeviceName = DeviceName.cpu
     threads: int = 2
     onednn: bool = True
+    keep_memory: bool = True
 
 
 @dataclass

@@ -37,8 +37,18 @@ def _setup(name: str, params: dict, trees: list, labels: list[int]) -> tuple:
 
     torch.set_num_threads(max(1, int(params.get("threads", 1))))
     from foldexp.bench import peer_torch
+    from foldexp.kernels import set_onednn_enabled
 
+    set_onednn_enabled(bool(params.get("onednn", True)))
     return peer_torch.setup(name, params, trees, labels)
+
+
+def _keep_freed_memory() -> None:
+    # Loaded by path, like peer_dynet: importing the foldexp package would import torch.
+    spec = importlib.util.spec_from_file_location("memory", HERE.parent / "kernels" / "memory.py")
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    mod.keep_freed_memory()
 
 
 def _emit(obj: dict) -> None:
@@ -50,6 +60,8 @@ def main(argv: list[str]) -> int:
     name, params = argv[0], json.loads(argv[1])
     data = json.loads(Path(params["trees_file"]).read_text())
     count = int(params.get("count", len(data["trees"])))  # a prefix, for the slowest peers
+    if params.get("keep_memory"):  # every peer alike, as ``device.keep_memory`` in the bench
+        _keep_freed_memory()
     trees = [_tuples(t) for t in data["trees"][:count]]
     try:
         step, meta = _setup(name, params, trees, data["labels"][:count])

@@ -122,8 +122,9 @@ def _child_env(threads: int) -> dict[str, str]:
     return env
 
 
-def peer_cells(bench: Any, env: Env, seed: int, out_dir: Path) -> list[Cell]:
-    """Start, one cell per round (warm-up rounds first), stop."""
+def peer_cells(bench: Any, env: Env, seed: int, out_dir: Path, device: Any = None) -> list[Cell]:
+    """Start, one cell per round (warm-up rounds first), stop. ``device`` (the bench's device
+    config) passes ``onednn`` and ``keep_memory`` on to every peer process alike."""
     pc = bench.peers
     for name in pc.implementations:  # fail before anything runs, not halfway through the grid
         if name not in PEERS:
@@ -163,6 +164,8 @@ def peer_cells(bench: Any, env: Env, seed: int, out_dir: Path) -> list[Cell]:
                 "threads": env.threads,
                 "seed": seed,
                 "dynet_mem": pc.dynet_mem,
+                "keep_memory": bool(getattr(device, "keep_memory", True)),
+                "onednn": bool(getattr(device, "onednn", True)),
             }
             peer = _Peer(name, params, _python(pc.python), child_env, logs / f"{name}.log",
                          pc.timeout_s)  # fmt: skip

@@ -24,7 +24,7 @@ from foldexp.bench.cells import Cell, Record
 from foldexp.bench.markdown import render
 from foldexp.bench.results import CSV_NAME, table1_summary, throughput_summary, to_frame
 from foldexp.bench.timing import setup_env
-from foldexp.kernels import set_onednn_enabled
+from foldexp.kernels import keep_freed_memory, set_onednn_enabled
 
 __all__ = ["run_bench", "summarize"]
 
@@ -45,7 +45,7 @@ def _cells(cfg: DictConfig, env: Any, out_dir: Path) -> list[Cell]:
         elif exp == "peers":
             from foldexp.bench.peers import peer_cells
 
-            cells += peer_cells(bench, env, seed, out_dir)
+            cells += peer_cells(bench, env, seed, out_dir, cfg.device)
         elif exp == "dynet_tasks":
             from foldexp.bench.dynet_tasks import dynet_task_cells
 
@@ -65,6 +65,8 @@ def run_bench(cfg: DictConfig) -> pd.DataFrame:
     torch.manual_seed(seed)
     env = setup_env(str(getattr(cfg.device.name, "value", cfg.device.name)), cfg.device.threads)
     set_onednn_enabled(cfg.device.onednn)
+    if cfg.device.keep_memory:
+        keep_freed_memory()
     (out_dir / "bench_config.yaml").write_text(OmegaConf.to_yaml(cfg))
     cells = _cells(cfg, env, out_dir)
     quiet = not (cfg.bench.progress and sys.stderr.isatty())

@@ -1,4 +1,4 @@
-"""Numerical kernels below the block layer: faster routes to standard ops (``linear``)."""
+"""Below the block layer: faster routes to standard ops (``linear``) and to memory."""
 
 from foldexp.kernels.dense import (
     MIN_ROWS,
@@ -8,5 +8,14 @@ from foldexp.kernels.dense import (
     padded_rows,
     set_onednn_enabled,
 )
+from foldexp.kernels.memory import keep_freed_memory
 
-__all__ = ["Linear", "linear", "onednn_enabled", "set_onednn_enabled", "padded_rows", "MIN_ROWS"]
+__all__ = [
+    "Linear",
+    "linear",
+    "onednn_enabled",
+    "set_onednn_enabled",
+    "padded_rows",
+    "MIN_ROWS",
+    "keep_freed_memory",
+]

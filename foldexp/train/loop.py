@@ -38,7 +38,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from foldexp.kernels import set_onednn_enabled
+from foldexp.kernels import keep_freed_memory, set_onednn_enabled
 from foldexp.train import distributed as dd
 from foldexp.train.artifacts import plot_curves, write_json, write_metrics_csv
 from foldexp.train.checkpoint import (
@@ -237,6 +237,8 @@ def _seed_rank(seed: int, rank: int) -> None:
 def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[str, Any]:
     tc = cfg.trainer
     set_onednn_enabled(cfg.device.onednn)
+    if cfg.device.keep_memory and not keep_freed_memory():
+        log.info("device.keep_memory: not glibc, freed memory is managed as usual")
     if cfg.device.threads:
         torch.set_num_threads(cfg.device.threads)
         local = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
