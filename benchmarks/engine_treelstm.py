@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from foldexp import Compiler
+from foldexp.kernels import keep_freed_memory
 from foldexp.models.tree_lstm import random_tree, tree_lstm_classifier
 
 
@@ -48,7 +49,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--loop-trees", type=int, default=32, help="trees timed for the slow loop")
+    ap.add_argument(
+        "--no-keep-memory", action="store_true", help="glibc's default freeing, as without "
+        "device.keep_memory (foldexp/kernels/memory.py)"
+    )  # fmt: skip
     args = ap.parse_args()
+    if not args.no_keep_memory:
+        keep_freed_memory()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
