@@ -23,16 +23,15 @@ batch has a new row count at nearly every depth of every batch, so unpadded, SST
 its time compiling (epochs 12.7-13.9 s against 8.4-10.0 with MKL) and grew to 1.2-1.8 GB RSS
 (609 MB with MKL). Rows are therefore padded with zeros up to one of 8 sizes per octave
 (``padded_rows``: at most 12.5% more rows): a few dozen shapes per layer, compiled once, then
-cache hits for the rest of the run. Both caches (torch's ideep layer, ``LRU_CACHE_CAPACITY``, and
-oneDNN's, ``ONEDNN_PRIMITIVE_CACHE_CAPACITY``; 1024 entries each by default, roughly half a MB an
-entry) are also capped at ``CACHE_CAPACITY`` unless the user has set them. Both variables are
-read when oneDNN first runs; ``import foldexp`` imports this module before any oneDNN op.
+cache hits for the rest of the run; SST training then peaks at 670-690 MB RSS. oneDNN's caches
+keep their default size (1024 shapes; ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` and torch's
+``LRU_CACHE_CAPACITY`` change it): capped at 256 they made no difference to SST's memory, and
+Table 1's grid of cases, whose shapes all differ, then evicted its own kernels.
 ``python benchmarks/onednn_linear.py --vary LO HI`` measures a new row count at every call.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -46,10 +45,6 @@ __all__ = ["Linear", "linear", "onednn_enabled", "set_onednn_enabled", "padded_r
 # Python autograd.Function) exceed what oneDNN saves: the measured break-even lies between 32
 # and 64 rows (layer 256 -> 640, 2 threads, `benchmarks/onednn_linear.py`).
 MIN_ROWS = 48
-
-CACHE_CAPACITY = 256
-for _var in ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY"):
-    os.environ.setdefault(_var, str(CACHE_CAPACITY))
 
 _AVAILABLE = bool(
     torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")

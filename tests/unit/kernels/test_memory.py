@@ -12,17 +12,17 @@ pytestmark = pytest.mark.skipif(
     platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only"
 )
 
-# Allocates and touches a 64 MB tensor four times; prints the page faults of the last two (the
-# heap settles within the first two).
+# Allocates and touches a 64 MB tensor eight times; prints the page faults of the last four (the
+# heap settles within the first few).
 PROBE = """
 import resource, sys, torch
 from foldexp.kernels import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory() and keep_freed_memory()  # idempotent
-for _ in range(2):
+for _ in range(4):
     t = torch.ones(16 * 2**20); del t
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(2):
+for _ in range(4):
     t = torch.ones(16 * 2**20); del t
 print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
@@ -37,5 +37,5 @@ def _faults(mode: str) -> int:
 
 def test_freed_pages_are_reused_only_when_asked() -> None:
     pages = 16 * 2**20 * 4 // 4096  # 16,384 pages of 4 KB per tensor
-    assert _faults("default") > pages  # each new tensor faulted in afresh
-    assert _faults("keep") < pages // 10  # the heap's pages come back without faults
+    assert _faults("default") > 3 * pages  # each new tensor faulted in afresh
+    assert _faults("keep") < pages  # four tensors, fewer faults than one tensor has pages
