@@ -1,4 +1,4 @@
-"""Shared fixtures: seeded RNGs and the real-data root (``FOLDEXP_DATA``)."""
+"""Shared fixtures: seeded RNGs, the real-data root (``FOLDEXP_DATA``), the oneDNN switch."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +22,16 @@ def _seeded() -> None:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+@pytest.fixture
+def restore_onednn() -> Iterator[None]:
+    """Puts ``foldexp.kernels``' oneDNN switch back as it was (a test or a run may flip it)."""
+    from foldexp.kernels import onednn_enabled, set_onednn_enabled
+
+    old = onednn_enabled()
+    yield
+    set_onednn_enabled(old)
 
 
 @pytest.fixture

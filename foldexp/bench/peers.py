@@ -199,7 +199,7 @@ def peer_cells(bench: Any, env: Env, seed: int, out_dir: Path, device: Any = Non
             if warm:
                 continue
             seconds = reply.pop("seconds")
-            for j, sec in enumerate(seconds if isinstance(seconds, list) else [seconds]):
+            for j, sec in enumerate(seconds):  # one per step of the turn
                 records.append(
                     {
                         **base,

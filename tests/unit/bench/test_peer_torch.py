@@ -7,25 +7,14 @@ import pytest
 
 from foldexp.bench import peer_torch
 from foldexp.bench.trees import make_trees
-from foldexp.kernels import MIN_ROWS, onednn_enabled, set_onednn_enabled
-
-
-def _tuples(node: list) -> tuple:
-    return (node[0],) if len(node) == 1 else (_tuples(node[0]), _tuples(node[1]))
-
-
-@pytest.fixture
-def restore_onednn():
-    old = onednn_enabled()
-    yield
-    set_onednn_enabled(old)
+from foldexp.kernels import MIN_ROWS, onednn_enabled
 
 
 @pytest.mark.skipif(not onednn_enabled(), reason="torch built without oneDNN")
 @pytest.mark.usefixtures("restore_onednn")
 def test_peers_agree_and_engine_mkl_uses_default_matmuls() -> None:
     # enough trees that the leaf and lowest cell levels reach the oneDNN route
-    trees = [_tuples(t) for t in make_trees(2 * MIN_ROWS, 8, 50, 0)]
+    trees = make_trees(2 * MIN_ROWS, 8, 50, 0)
     labels = np.random.default_rng(1).integers(5, size=len(trees)).tolist()
     params = {"vocab": 50, "embed": 16, "hidden": 16, "classes": 5, "seed": 0}
     losses = {}

@@ -6,16 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from foldexp.kernels import dense, onednn_enabled, set_onednn_enabled
+from foldexp.kernels import dense, onednn_enabled
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
-
-
-@pytest.fixture
-def restore_onednn():
-    old = onednn_enabled()
-    yield
-    set_onednn_enabled(old)
 
 
 @pytest.mark.skipif(not onednn_enabled(), reason="torch built without oneDNN")
