@@ -130,6 +130,8 @@ class TreeLSTMModelConfig:
     embedding_lr: float | None = None
     embedding_weight_decay: float | None = None
     embedding_optimizer: EmbeddingOptimizer | None = None
+    recurrent_dropout: float = 0.0
+    forget_bias: float = 0.0
 
 
 @dataclass

@@ -28,34 +28,58 @@ __all__ = [
 State = tuple[torch.Tensor, torch.Tensor]  # (h, c), each (batch, hidden)
 
 
-class TreeLSTMLeaf(nn.Module):
-    """A leaf's state from its input vector: ``c = i ⊙ u``, ``h = o ⊙ tanh(c)``."""
+def _update_dropout(p: float) -> nn.Module:
+    """Recurrent dropout of Semeniuta et al. (2016): dropped on the candidate update ``tanh(u)``
+    only, so the memory ``c`` carried up the tree is never erased (the Fold paper's §3.5.1)."""
+    return nn.Dropout(p) if p > 0 else nn.Identity()
 
-    def __init__(self, input_size: int, hidden_size: int) -> None:
+
+class TreeLSTMLeaf(nn.Module):
+    """A leaf's state from its input vector: ``c = i ⊙ u``, ``h = o ⊙ tanh(c)``.
+
+    ``recurrent_dropout`` drops ``tanh(u)`` (see ``BinaryTreeLSTMCell``).
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, recurrent_dropout: float = 0.0) -> None:
         super().__init__()
         self.hidden_size = hidden_size
         self.gates = Linear(input_size, 3 * hidden_size)
+        self.update_dropout = _update_dropout(recurrent_dropout)
 
     def forward(self, x: torch.Tensor) -> State:  # x: (batch, input)
         i, o, u = self.gates(x).chunk(3, dim=1)
-        c = torch.sigmoid(i) * torch.tanh(u)
+        c = torch.sigmoid(i) * self.update_dropout(torch.tanh(u))
         h = torch.sigmoid(o) * torch.tanh(c)
         return h, c
 
 
 class BinaryTreeLSTMCell(nn.Module):
     """Binary (N-ary, N=2) Tree-LSTM: separate forget gates per child, all five gates from one
-    matmul over ``[h_left; h_right]``."""
+    matmul over ``[h_left; h_right]``.
 
-    def __init__(self, hidden_size: int) -> None:
+    Args:
+        recurrent_dropout: dropout on the candidate update ``tanh(u)`` (Semeniuta et al. 2016),
+            the regulariser the Fold paper used instead of weight decay.
+        forget_bias: initial bias of both forget gates (TF's LSTM cells start at 1.0, so a node
+            first keeps its children's memory).
+    """
+
+    def __init__(
+        self, hidden_size: int, recurrent_dropout: float = 0.0, forget_bias: float = 0.0
+    ) -> None:
         super().__init__()
         self.hidden_size = hidden_size
         self.gates = Linear(2 * hidden_size, 5 * hidden_size)
+        self.update_dropout = _update_dropout(recurrent_dropout)
+        if forget_bias:
+            with torch.no_grad():  # gate order i, f_left, f_right, o, u
+                self.gates.bias[hidden_size : 3 * hidden_size] += forget_bias
 
     def forward(self, left: State, right: State) -> State:
         (hl, cl), (hr, cr) = left, right
         i, fl, fr, o, u = self.gates(torch.cat([hl, hr], dim=1)).chunk(5, dim=1)
-        c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
+        update = torch.sigmoid(i) * self.update_dropout(torch.tanh(u))
+        c = update + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
         h = torch.sigmoid(o) * torch.tanh(c)
         return h, c
 

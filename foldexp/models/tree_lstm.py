@@ -106,6 +106,8 @@ class TreeLSTMClassifier(nn.Module):
             (``None``: the optimizer's); see ``param_groups``.
         embedding_optimizer: ``"sgd"`` updates the word table with plain SGD (Tai et al.
             2015) at ``embedding_lr``; ``None``: with the main optimizer.
+        recurrent_dropout: dropout on each cell's candidate update (Semeniuta et al. 2016), as
+            the Fold paper's Tree-LSTM (§3.5.1); ``forget_bias`` starts the forget gates there.
     """
 
     def __init__(
@@ -121,6 +123,8 @@ class TreeLSTMClassifier(nn.Module):
         embedding_lr: float | None = None,
         embedding_weight_decay: float | None = None,
         embedding_optimizer: str | None = None,
+        recurrent_dropout: float = 0.0,
+        forget_bias: float = 0.0,
         internal_words: bool = False,
         embeddings: np.ndarray | None = None,
         name: str = "tree_lstm",
@@ -149,8 +153,9 @@ class TreeLSTMClassifier(nn.Module):
                 _WordTreeLSTMCell(embed_size, hidden_size)
             )
         else:
-            internal = children >> fb.Function(BinaryTreeLSTMCell(hidden_size))
-        leaf = word >> fb.Function(TreeLSTMLeaf(embed_size, hidden_size))
+            cell = BinaryTreeLSTMCell(hidden_size, recurrent_dropout, forget_bias)
+            internal = children >> fb.Function(cell)
+        leaf = word >> fb.Function(TreeLSTMLeaf(embed_size, hidden_size, recurrent_dropout))
         state = fb.OneOf(lambda node: len(node.children), {0: leaf, 2: internal})
         label = (
             fb.InputTransform(lambda node: node.label) >> fb.Scalar("int64") >> fb.Metric("label")

@@ -161,6 +161,13 @@ def _check_choice(value: Any, choices: tuple[str, ...], key: str) -> str:
     return value
 
 
+def _check_dropouts(model_cfg: Any) -> None:
+    """Every ``model.*dropout`` is a probability; fails before the data is loaded."""
+    for key, value in model_cfg.items():
+        if str(key).endswith("dropout") and value is not None and not 0.0 <= value < 1.0:
+            raise ValueError(f"model.{key}={value}; expected a probability 0 <= p < 1")
+
+
 def run_train(cfg: DictConfig) -> dict[str, Any]:
     """Trains the configured model; returns the final metrics (best dev, test).
 
@@ -173,6 +180,7 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     _check_choice(tc.balance, BALANCE_MODES, "trainer.balance")
     if not 0.0 <= tc.ema_decay < 1.0:
         raise ValueError(f"trainer.ema_decay={tc.ema_decay}; expected 0 <= decay < 1 (0: off)")
+    _check_dropouts(cfg.model)
     dd.export_submitit_env()  # a submitit job of several tasks: they are the ranks
     world = dd.launched_world_size()
     if world > 1 and strategy != "ddp":
