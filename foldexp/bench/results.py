@@ -2,7 +2,9 @@
 
 One CSV row per measurement (``CSV_NAME`` in the run folder). Summaries are medians over
 repeats with min and max beside them; ratios are ratios of medians of cases measured side by
-side. These functions read only the frame, so ``plots.redraw`` and ``foldexp report`` can
+side, and Table 1 also gives the median of each repeat's own ratio (``*_paired``): the cases of
+one repeat run back to back, so that ratio cancels the machine's drift between repeats. These
+functions read only the frame, so ``plots.redraw`` and ``foldexp report`` can
 recompute every table from the CSV alone.
 """
 
@@ -21,6 +23,7 @@ __all__ = [
     "read_csv",
     "median_seconds",
     "table1_ratios",
+    "paired_ratios",
     "table1_summary",
     "scaling_summary",
     "throughput_summary",
@@ -96,13 +99,41 @@ def table1_ratios(per_batch: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def paired_ratios(d: pd.DataFrame) -> pd.DataFrame:
+    """Per batch size, the median over repeats of ``dynamic / manual`` and ``full_dynamic /
+    manual`` taken within each repeat (``cost_ratio_paired``, ``full_ratio_paired``).
+
+    ``run_interleaved`` runs a repeat's cases back to back, so a repeat's own ratio compares
+    times taken under the same background load; a ratio of medians can pair a quiet median with
+    a busy one when the load drifts between repeats. Repeats missing a case are left out.
+    """
+    m = d[d["seconds"].notna() & (d["repeat"] >= 0)]
+    wide = m.pivot_table(
+        index=["batch_size", "repeat"], columns="column", values="seconds", aggfunc="sum"
+    )
+    sizes = sorted({int(b) for b in wide.index.get_level_values(0)}, reverse=True)
+    out = pd.DataFrame(index=pd.Index(sizes, name="batch_size"))
+    for case, name in (("dynamic", "cost_ratio_paired"), ("full_dynamic", "full_ratio_paired")):
+        if case in wide and "manual" in wide:
+            per_repeat = (wide[case] / wide["manual"]).dropna()
+            med = per_repeat.groupby(level=0).median()
+            out[name] = med.reindex(out.index.astype(med.index.dtype)).to_numpy()
+        else:
+            out[name] = np.nan
+    return out
+
+
 def table1_summary(df: pd.DataFrame, mode: str) -> pd.DataFrame:
-    """``table1_ratios`` of one mode's rows of the tidy frame."""
+    """``table1_ratios`` of one mode's rows of the tidy frame, with ``paired_ratios`` beside."""
     d = df[(df["experiment"] == "table1") & (df["mode"] == mode)]
     med = median_seconds(d, ["batch_size", "column"])
     per_batch = med.pivot(index="batch_size", columns="column", values="median")
     per_batch.index = per_batch.index.astype(int)
-    return table1_ratios(per_batch)
+    out = table1_ratios(per_batch)
+    paired = paired_ratios(d)
+    for col in paired.columns:
+        out[col] = paired[col].reindex(out.index).to_numpy()
+    return out
 
 
 def scaling_summary(df: pd.DataFrame, mode: str = "inference") -> pd.DataFrame:

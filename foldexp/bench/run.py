@@ -108,7 +108,10 @@ def summarize(df: pd.DataFrame, seconds: float | None = None) -> str:
         parts.append(
             f"Table 1 {mode}: cost ratio (dynamic/manual) {_x(big['cost_ratio'].min())}–"
             f"{_x(big['cost_ratio'].max())} and full dynamic/manual {_x(big['full_ratio'].min())}"
-            f"–{_x(big['full_ratio'].max())} at batch ≥ {int(big.index.min())} (paper CPU "
+            f"–{_x(big['full_ratio'].max())} at batch ≥ {int(big.index.min())}, per-repeat "
+            f"(paired) medians {_x(big['cost_ratio_paired'].min())}–"
+            f"{_x(big['cost_ratio_paired'].max())} and {_x(big['full_ratio_paired'].min())}–"
+            f"{_x(big['full_ratio_paired'].max())} (paper CPU "
             f"1.18–1.30); speedup ratio {_x(t.loc[bmax, 'speedup_ratio'])} at batch {bmax} "
             f"(vs the paper's per-node manual at batch 1: {_x(t.loc[bmax, 'speedup_node'])}; "
             f"paper CPU 28.86 at 1024); schedule building "

@@ -81,3 +81,22 @@ def test_throughput_counts_items_per_median_second_and_keeps_skip_notes() -> Non
     assert t.loc["engine", "per_s"] == pytest.approx(50.0)
     assert (t.loc["engine", "per_s_min"], t.loc["engine", "per_s_max"]) == (25.0, 100.0)
     assert math.isnan(t.loc["dgl", "per_s"]) and "skipped" in t.loc["dgl", "note"]
+
+
+def test_paired_ratios_take_each_repeats_own_ratio() -> None:
+    rec = (
+        _rows("manual", 8, [1.0, 1.0, 3.0, 3.0, 1.0])
+        # repeat 1 ran under load: the ratio of medians (2.5 / 1.0) sees it, the paired does not
+        + _rows("dynamic", 8, [1.1, 2.5, 3.3, 3.3, 2.6])
+        + _rows("full_dynamic", 8, [1.2, 1.2, 3.6, 3.6, float("nan")])
+    )
+    t = table1_summary(to_frame(rec, {}), "inference")
+    assert t.loc[8, "cost_ratio"] == pytest.approx(2.6 / 1.0)
+    assert t.loc[8, "cost_ratio_paired"] == pytest.approx(1.1)  # ratios 1.1 2.5 1.1 1.1 2.6
+    assert t.loc[8, "full_ratio_paired"] == pytest.approx(1.2)  # the missing repeat is left out
+
+
+def test_paired_ratios_are_missing_without_a_manual_case() -> None:
+    rec = _rows("dynamic", 4, [1.0, 2.0]) + _rows("full_dynamic", 4, [1.0, 2.0])
+    t = table1_summary(to_frame(rec, {}), "inference")
+    assert math.isnan(t.loc[4, "cost_ratio_paired"])
