@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 from hydra.utils import instantiate
+from torch import nn
 
 from foldexp.data.vocab import Vocabulary
 from foldexp.train.app import compose_config
@@ -51,4 +52,26 @@ def test_sst_binary_view_has_two_classes(data_root: Path, tmp_path: Path) -> Non
     )
     results = run_train(cfg)
     assert results["config"]["dataset"]["view"] == "binary"
+    assert 0 <= results["test_accuracy"] <= 1
+
+
+def test_sst_treelstm_fold_is_the_papers_model_and_trains(data_root: Path, tmp_path: Path) -> None:
+    # The Fold paper's §3.5.1 Tree-LSTM: recurrent dropout, no weight decay, state 300.
+    cfg = compose_config(
+        [
+            "experiment=sst_treelstm_fold",
+            f"paths.data_dir={data_root}",
+            "dataset.limit=60",
+            "debug=tiny",
+            "model.hidden_size=16",
+        ],
+        tmp_path,
+    )
+    assert cfg.model.recurrent_dropout == 0.25 and cfg.optimizer.weight_decay == 0.0
+    assert compose_config(["experiment=sst_treelstm_fold"], tmp_path).model.hidden_size == 300
+    bundle = instantiate(cfg.dataset, _convert_="all")
+    model = instantiate(cfg.model, **bundle.info, _convert_="all")
+    drops = [m.p for m in model.modules() if isinstance(m, nn.Dropout)]
+    assert drops.count(0.25) >= 4  # words, classifier input, leaf and internal updates
+    results = run_train(cfg)
     assert 0 <= results["test_accuracy"] <= 1
