@@ -28,10 +28,15 @@ __all__ = [
 State = tuple[torch.Tensor, torch.Tensor]  # (h, c), each (batch, hidden)
 
 
-def _update_dropout(p: float) -> nn.Module:
+def _update_dropout(p: float) -> nn.Module | None:
     """Recurrent dropout of Semeniuta et al. (2016): dropped on the candidate update ``tanh(u)``
-    only, so the memory ``c`` carried up the tree is never erased (the Fold paper's §3.5.1)."""
-    return nn.Dropout(p) if p > 0 else nn.Identity()
+    only, so the memory ``c`` carried up the tree is never erased (the Fold paper's §3.5.1).
+    ``None`` when off, so per-node loops (the peers bench) pay no extra module call."""
+    return nn.Dropout(p) if p > 0 else None
+
+
+def _candidate(u: torch.Tensor, dropout: nn.Module | None) -> torch.Tensor:
+    return torch.tanh(u) if dropout is None else dropout(torch.tanh(u))
 
 
 class TreeLSTMLeaf(nn.Module):
@@ -48,7 +53,7 @@ class TreeLSTMLeaf(nn.Module):
 
     def forward(self, x: torch.Tensor) -> State:  # x: (batch, input)
         i, o, u = self.gates(x).chunk(3, dim=1)
-        c = torch.sigmoid(i) * self.update_dropout(torch.tanh(u))
+        c = torch.sigmoid(i) * _candidate(u, self.update_dropout)
         h = torch.sigmoid(o) * torch.tanh(c)
         return h, c
 
@@ -78,7 +83,7 @@ class BinaryTreeLSTMCell(nn.Module):
     def forward(self, left: State, right: State) -> State:
         (hl, cl), (hr, cr) = left, right
         i, fl, fr, o, u = self.gates(torch.cat([hl, hr], dim=1)).chunk(5, dim=1)
-        update = torch.sigmoid(i) * self.update_dropout(torch.tanh(u))
+        update = torch.sigmoid(i) * _candidate(u, self.update_dropout)
         c = update + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
         h = torch.sigmoid(o) * torch.tanh(c)
         return h, c
