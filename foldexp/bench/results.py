@@ -108,18 +108,18 @@ def paired_ratios(d: pd.DataFrame) -> pd.DataFrame:
     a busy one when the load drifts between repeats. Repeats missing a case are left out.
     """
     m = d[d["seconds"].notna() & (d["repeat"] >= 0)]
+    m = m.assign(batch_size=m["batch_size"].astype(int))
     wide = m.pivot_table(
         index=["batch_size", "repeat"], columns="column", values="seconds", aggfunc="sum"
     )
-    sizes = sorted({int(b) for b in wide.index.get_level_values(0)}, reverse=True)
+    sizes = sorted(set(wide.index.get_level_values(0)), reverse=True)
     out = pd.DataFrame(index=pd.Index(sizes, name="batch_size"))
     for case, name in (("dynamic", "cost_ratio_paired"), ("full_dynamic", "full_ratio_paired")):
-        if case in wide and "manual" in wide:
-            per_repeat = (wide[case] / wide["manual"]).dropna()
-            med = per_repeat.groupby(level=0).median()
-            out[name] = med.reindex(out.index.astype(med.index.dtype)).to_numpy()
-        else:
-            out[name] = np.nan
+        has_both = case in wide and "manual" in wide
+        # assigning a Series aligns it on batch size: a size with no complete repeat gets NaN
+        out[name] = (
+            (wide[case] / wide["manual"]).dropna().groupby(level=0).median() if has_both else np.nan
+        )
     return out
 
 
