@@ -114,6 +114,7 @@ class SSTDataConfig:
     min_count: int = 1
     word_vectors: str | None = None
     vector_vocab: bool = False
+    neutral_nodes: bool = False
     limit: int = 0
 
 

@@ -9,6 +9,9 @@ Views:
 * ``view="binary"``: trees whose *root* is neutral (2) are dropped (the standard binary task:
   6920 / 872 / 1821 trees); labels 0-1 become 0 and 3-4 become 1; neutral internal nodes keep
   :data:`~foldexp.data.trees.NO_LABEL` (-1) so an all-node loss can skip them.
+* ``view="binary", neutral_nodes=True``: as above, but neutral internal nodes keep a third
+  label, :data:`NEUTRAL` (2), as Tai et al. (2015) trained their binary model: three classes at
+  the nodes, while the roots (never neutral) are scored negative-or-positive only.
 * ``labels="root"``: every non-root label is replaced by ``NO_LABEL`` (sentence-level training);
   ``labels="all"`` keeps the phrase labels of every node.
 """
@@ -30,6 +33,7 @@ __all__ = [
     "SST_CLASSES",
     "SST_SIZES",
     "SST_SPLITS",
+    "NEUTRAL",
     "binary_label",
     "label_counts",
     "load_sst",
@@ -44,12 +48,16 @@ SST_SPLITS = ("train", "dev", "test")
 SST_SIZES = {"train": 8544, "dev": 1101, "test": 2210}
 #: Number of classes per view.
 SST_CLASSES = {"fine": 5, "binary": 2}
+#: The label of a neutral phrase in the binary view with ``neutral_nodes`` (a third class).
+NEUTRAL = 2
 
 View = Literal["fine", "binary"]
 Labels = Literal["all", "root"]
 
 # Fine label -> binary label; neutral (2) has no binary label.
 _BINARY = (0, 0, NO_LABEL, 1, 1)
+# The same with neutral kept as a third class (``neutral_nodes``).
+_BINARY_NEUTRAL = (0, 0, NEUTRAL, 1, 1)
 
 
 def sst_path(split: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -80,6 +88,7 @@ def load_sst(
     view: View = "fine",
     labels: Labels = "all",
     unescape: bool = False,
+    neutral_nodes: bool = False,
 ) -> list[Tree]:
     """Load one split of the Stanford Sentiment Treebank.
 
@@ -89,6 +98,8 @@ def load_sst(
         view: ``"fine"`` (5 classes) or ``"binary"`` (2 classes, neutral-root trees dropped).
         labels: ``"all"`` keeps every node's label, ``"root"`` only the root's.
         unescape: Replace PTB escapes in tokens (see :func:`read_sst_file`).
+        neutral_nodes: Binary view only: neutral internal nodes are labelled :data:`NEUTRAL`
+            instead of ``NO_LABEL``, a third class to train on (Tai et al. 2015).
 
     Returns:
         The trees in file order.
@@ -101,6 +112,8 @@ def load_sst(
         raise ValueError(f"unknown SST view {view!r}; expected 'fine' or 'binary'")
     if labels not in ("all", "root"):
         raise ValueError(f"unknown SST labels {labels!r}; expected 'all' or 'root'")
+    if neutral_nodes and view != "binary":
+        raise ValueError("neutral_nodes=True needs view='binary' (the fine view keeps them anyway)")
     path = sst_path(split, data_dir)
     if not path.is_file():
         raise DatasetNotFoundError(
@@ -114,7 +127,8 @@ def load_sst(
         return trees
     with gc_paused():
         if view == "binary":
-            trees = [b for b in map(to_binary, trees) if b is not None]
+            binary = (to_binary(t, neutral_nodes=neutral_nodes) for t in trees)
+            trees = [b for b in binary if b is not None]
         if labels == "root":
             trees = [root_only(t) for t in trees]
     return trees
@@ -129,14 +143,18 @@ def binary_label(label: int) -> int:
     return _BINARY[label]
 
 
-def to_binary(tree: Tree) -> Tree | None:
-    """Return the binary-view tree, or ``None`` when the root is neutral (2)."""
+def to_binary(tree: Tree, *, neutral_nodes: bool = False) -> Tree | None:
+    """Return the binary-view tree, or ``None`` when the root is neutral (2).
+
+    Neutral internal nodes get ``NO_LABEL``, or :data:`NEUTRAL` with ``neutral_nodes``.
+    """
     if tree.label == 2:
         return None
     for label in tree.labels():
         if not 0 <= label <= 4:
             raise ValueError(f"expected SST labels in 0..4, got {label} in {tree!r}")
-    return _relabel(tree, lambda label, is_root: _BINARY[label])
+    table = _BINARY_NEUTRAL if neutral_nodes else _BINARY
+    return _relabel(tree, lambda label, is_root: table[label])
 
 
 def root_only(tree: Tree) -> Tree:

@@ -108,6 +108,9 @@ class TreeLSTMClassifier(nn.Module):
             2015) at ``embedding_lr``; ``None``: with the main optimizer.
         recurrent_dropout: dropout on each cell's candidate update (Semeniuta et al. 2016), as
             the Fold paper's Tree-LSTM (§3.5.1); ``forget_bias`` starts the forget gates there.
+        predict_classes: predictions and accuracies use only the first ``predict_classes``
+            classes (``None``: all); the rest are trained but never predicted, like the neutral
+            class of Tai et al.'s binary model. Nodes labelled with them count in no accuracy.
     """
 
     def __init__(
@@ -127,12 +130,16 @@ class TreeLSTMClassifier(nn.Module):
         forget_bias: float = 0.0,
         internal_words: bool = False,
         embeddings: np.ndarray | None = None,
+        predict_classes: int | None = None,
         name: str = "tree_lstm",
     ) -> None:
         super().__init__()
         if embeddings is not None:
             embed_size = int(embeddings.shape[1])
         self.vocab, self.num_classes, self.node_loss = vocab, num_classes, node_loss
+        if predict_classes is not None and not 2 <= predict_classes <= num_classes:
+            raise ValueError(f"predict_classes={predict_classes}; expected 2..{num_classes}")
+        self.predict_classes = predict_classes or num_classes
         embedding = fb.Embedding(
             len(vocab),
             embed_size,
@@ -210,14 +217,18 @@ class TreeLSTMClassifier(nn.Module):
             loss = loss / max(1, batch.size)
         else:
             loss = F.cross_entropy(root_logits[root_mask], root_labels[root_mask])
-        root_pred = root_logits.argmax(1)
-        node_pred = node_logits.argmax(1)
+        # Classes past predict_classes are trained (they shape the states) but never predicted.
+        scored = self.predict_classes
+        root_pred = root_logits[:, :scored].argmax(1)
+        node_pred = node_logits[:, :scored].argmax(1)
+        root_scored = root_mask & (root_labels < scored)
+        node_scored = mask & (node_labels < scored)
         return {
             "loss": loss,
-            "root_correct": (root_pred == root_labels)[root_mask].sum(),
-            "root_count": root_mask.sum(),
-            "node_correct": (node_pred == node_labels)[mask].sum(),
-            "node_count": mask.sum(),
+            "root_correct": (root_pred == root_labels)[root_scored].sum(),
+            "root_count": root_scored.sum(),
+            "node_correct": (node_pred == node_labels)[node_scored].sum(),
+            "node_count": node_scored.sum(),
         }
 
     @staticmethod

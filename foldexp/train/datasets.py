@@ -109,6 +109,7 @@ def sst(
     min_count: int = 1,
     word_vectors: str | None = None,
     vector_vocab: bool = False,
+    neutral_nodes: bool = False,
     limit: int = 0,
     name: str = "sst",
     **_: Any,
@@ -116,9 +117,14 @@ def sst(
     """SST trees under ``data_dir/sst``, in the fine or binary view.
 
     ``vector_vocab``: with ``word_vectors``, dev/test words that have a vector get their own row.
+    ``neutral_nodes`` (binary view): neutral phrases train a third class, as Tai et al. (2015);
+    the model then predicts among the first two classes only (``predict_classes``).
     """
     view, labels = str(getattr(view, "value", view)), str(getattr(labels, "value", labels))
-    splits = [load_sst(s, data_dir, view=view, labels=labels) for s in ("train", "dev", "test")]
+    splits = [
+        load_sst(s, data_dir, view=view, labels=labels, neutral_nodes=neutral_nodes)
+        for s in ("train", "dev", "test")
+    ]
     if limit:
         splits = [s[:limit] for s in splits]
     vocab = Vocabulary.from_trees(splits[0], lowercase=lowercase, min_count=min_count)
@@ -129,7 +135,8 @@ def sst(
         *splits,
         {
             "vocab": vocab,
-            "num_classes": SST_CLASSES[view],
+            "num_classes": SST_CLASSES[view] + int(neutral_nodes),
+            "predict_classes": SST_CLASSES[view],
             "internal_words": False,
             "embeddings": embeddings,
         },
