@@ -1,0 +1,101 @@
+"""Tai et al.'s binary SST model (``dataset.neutral_nodes``): neutral phrases train a third
+class, predictions and accuracies use negative/positive only, and a wrong view fails before work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from foldexp.data.sst import NEUTRAL, load_sst
+from foldexp.data.trees import NO_LABEL
+from foldexp.data.vocab import Vocabulary
+from foldexp.models.tree_lstm import TreeLSTMClassifier
+from foldexp.train.app import compose_config
+from foldexp.train.loop import run_train
+
+TREES = [
+    "(3 (2 It) (4 (2 is) (4 good)))",
+    "(2 (2 An) (2 (2 average) (2 film)))",
+    "(0 (1 (2 Truly) (0 awful)) (2 .))",
+    "(4 (3 (2 A) (4 gem)) (2 !))",
+    "(1 (2 Not) (1 (2 quite) (3 right)))",
+]
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    (tmp_path / "sst").mkdir()
+    for split in ("train", "dev", "test"):
+        (tmp_path / "sst" / f"{split}.txt").write_text("\n".join(TREES) + "\n")
+    return tmp_path
+
+
+def test_binary_view_keeps_neutral_nodes_as_a_third_class(data_dir: Path) -> None:
+    plain = load_sst("train", data_dir, view="binary")
+    kept = load_sst("train", data_dir, view="binary", neutral_nodes=True)
+    assert [t.label for t in kept] == [t.label for t in plain] == [1, 0, 1, 0]  # neutral root gone
+    assert plain[0].labels() == [NO_LABEL, NO_LABEL, 1, 1, 1]
+    assert kept[0].labels() == [NEUTRAL, NEUTRAL, 1, 1, 1]
+    assert kept[3].labels() == [NEUTRAL, NEUTRAL, 1, 0, 0]  # "Not quite right"
+    with pytest.raises(ValueError, match="neutral_nodes=True needs view='binary'"):
+        load_sst("train", data_dir, neutral_nodes=True)
+
+
+def _model(trees: list) -> TreeLSTMClassifier:
+    vocab = Vocabulary.from_trees(trees)
+    torch.manual_seed(0)
+    return TreeLSTMClassifier(vocab, num_classes=3, predict_classes=2, hidden_size=8).eval()
+
+
+def test_neutral_is_trained_but_never_predicted_or_scored(data_dir: Path) -> None:
+    trees = load_sst("train", data_dir, view="binary", neutral_nodes=True)
+    model = _model(trees)
+    with torch.no_grad():  # neutral dominates every logit, negative beats positive
+        model.classify.weight.zero_()
+        model.classify.bias.copy_(torch.tensor([1.0, 0.0, 50.0]))
+    out = model(model.collate(trees))
+    labels = [label for t in trees for label in t.labels()]
+    # Every prediction is negative: correct exactly where the label is 0.
+    assert int(out["root_correct"]) == sum(t.label == 0 for t in trees) == 2
+    assert int(out["root_count"]) == 4
+    assert int(out["node_count"]) == sum(label in (0, 1) for label in labels)
+    assert int(out["node_correct"]) == labels.count(0)
+    # The loss covers the neutral nodes too: the mean over trees of each node's cross-entropy.
+    logits = torch.tensor([[1.0, 0.0, 50.0]]).expand(len(labels), 3)
+    expected = F.cross_entropy(logits, torch.tensor(labels), reduction="sum") / len(trees)
+    torch.testing.assert_close(out["loss"], expected)
+
+
+def test_predict_classes_must_fit_the_classes(data_dir: Path) -> None:
+    vocab = Vocabulary.from_trees(load_sst("train", data_dir))
+    with pytest.raises(ValueError, match="predict_classes=4; expected 2..3"):
+        TreeLSTMClassifier(vocab, num_classes=3, predict_classes=4)
+
+
+def test_neutral_nodes_with_the_fine_view_fails_before_any_work(tmp_path: Path) -> None:
+    cfg = compose_config(["experiment=sst_treelstm", "dataset.neutral_nodes=true"], tmp_path)
+    cfg.paths.data_dir = str(tmp_path / "no_data_here")  # reading data would fail otherwise
+    with pytest.raises(ValueError, match="dataset.neutral_nodes=true needs dataset.view=binary"):
+        run_train(cfg)
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_binary_run_with_neutral_nodes_trains_three_classes(data_dir: Path, tmp_path: Path) -> None:
+    overrides = [
+        "experiment=sst_treelstm",
+        f"paths.data_dir={data_dir}",
+        "dataset.view=binary",
+        "dataset.neutral_nodes=true",
+        "model.hidden_size=8",
+        "trainer.epochs=2",
+        "trainer.batch_size=2",
+        "trainer.progress=false",
+        "trainer.plots=false",
+    ]
+    results = run_train(compose_config(overrides, tmp_path))
+    assert 0.0 <= results["test_accuracy"] <= 1.0
+    state = torch.load(tmp_path / "checkpoints" / "best.pt", weights_only=True)["model"]
+    assert state["classify.weight"].shape[0] == 3
