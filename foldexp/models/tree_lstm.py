@@ -111,6 +111,10 @@ class TreeLSTMClassifier(nn.Module):
         predict_classes: predictions and accuracies use only the first ``predict_classes``
             classes (``None``: all); the rest are trained but never predicted, like the neutral
             class of Tai et al.'s binary model. Nodes labelled with them count in no accuracy.
+        polarity: ``(negative classes, positive classes)`` of a graded label set (SST's fine
+            view: ``([0, 1], [3, 4])``). Adds ``binary_accuracy`` and ``binary_node_accuracy``:
+            over nodes labelled in either group, the prediction is the group with the larger
+            summed probability, as TF Fold's sentiment model scores binary sentiment.
     """
 
     def __init__(
@@ -131,6 +135,7 @@ class TreeLSTMClassifier(nn.Module):
         internal_words: bool = False,
         embeddings: np.ndarray | None = None,
         predict_classes: int | None = None,
+        polarity: tuple[list[int], list[int]] | None = None,
         name: str = "tree_lstm",
     ) -> None:
         super().__init__()
@@ -140,6 +145,7 @@ class TreeLSTMClassifier(nn.Module):
         if predict_classes is not None and not 2 <= predict_classes <= num_classes:
             raise ValueError(f"predict_classes={predict_classes}; expected 2..{num_classes}")
         self.predict_classes = predict_classes or num_classes
+        self.polarity = _check_polarity(polarity, num_classes)
         embedding = fb.Embedding(
             len(vocab),
             embed_size,
@@ -223,18 +229,58 @@ class TreeLSTMClassifier(nn.Module):
         node_pred = node_logits[:, :scored].argmax(1)
         root_scored = root_mask & (root_labels < scored)
         node_scored = mask & (node_labels < scored)
-        return {
+        stats = {
             "loss": loss,
             "root_correct": (root_pred == root_labels)[root_scored].sum(),
             "root_count": root_scored.sum(),
             "node_correct": (node_pred == node_labels)[node_scored].sum(),
             "node_count": node_scored.sum(),
         }
+        if self.polarity is not None:
+            stats.update(self._polar_hits("root", root_logits, root_labels))
+            stats.update(self._polar_hits("node", node_logits, node_labels))
+        return stats
+
+    def _polar_hits(self, where: str, logits: torch.Tensor, labels: torch.Tensor) -> dict:
+        """Binary hits of a graded classifier over the nodes labelled negative or positive."""
+        negative, positive = (torch.tensor(g, device=logits.device) for g in self.polarity)
+        probs = logits.detach().softmax(1)
+        says_positive = probs[:, positive].sum(1) > probs[:, negative].sum(1)
+        is_positive = torch.isin(labels, positive)
+        polar = is_positive | torch.isin(labels, negative)
+        return {
+            f"{where}_binary_correct": (says_positive == is_positive)[polar].sum(),
+            f"{where}_binary_count": polar.sum(),
+        }
 
     @staticmethod
     def summarize(sums: dict[str, float]) -> dict[str, float]:
-        """Metrics from summed statistics: accuracy at the root and over all labelled nodes."""
-        return {
+        """Metrics from summed statistics: accuracy at the root and over all labelled nodes,
+        and their binary forms when the model has a ``polarity``."""
+        metrics = {
             "accuracy": sums["root_correct"] / max(1.0, sums["root_count"]),
             "node_accuracy": sums["node_correct"] / max(1.0, sums["node_count"]),
         }
+        if "root_binary_count" in sums:
+            metrics["binary_accuracy"] = sums["root_binary_correct"] / max(
+                1.0, sums["root_binary_count"]
+            )
+            metrics["binary_node_accuracy"] = sums["node_binary_correct"] / max(
+                1.0, sums["node_binary_count"]
+            )
+        return metrics
+
+
+def _check_polarity(
+    polarity: tuple[list[int], list[int]] | None, num_classes: int
+) -> tuple[list[int], list[int]] | None:
+    """``polarity`` as two disjoint non-empty lists of class ids, or ``None``."""
+    if polarity is None:
+        return None
+    negative, positive = (sorted(int(c) for c in group) for group in polarity)
+    classes = negative + positive
+    if not negative or not positive or len(set(classes)) < len(classes):
+        raise ValueError(f"polarity={polarity}; expected two disjoint non-empty class lists")
+    if not all(0 <= c < num_classes for c in classes):
+        raise ValueError(f"polarity={polarity}; classes must be in 0..{num_classes - 1}")
+    return negative, positive

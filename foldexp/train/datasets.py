@@ -137,6 +137,8 @@ def sst(
             "vocab": vocab,
             "num_classes": SST_CLASSES[view] + int(neutral_nodes),
             "predict_classes": SST_CLASSES[view],
+            # The fine view also scores negative (0-1) against positive (3-4), as TF Fold did.
+            "polarity": ([0, 1], [3, 4]) if view == "fine" else None,
             "internal_words": False,
             "embeddings": embeddings,
         },

@@ -1,10 +1,13 @@
-"""Tai et al.'s binary SST model (``dataset.neutral_nodes``): neutral phrases train a third
-class, predictions and accuracies use negative/positive only, and a wrong view fails before work."""
+"""Binary SST scoring. Tai et al.'s binary model (``dataset.neutral_nodes``): neutral phrases
+train a third class, predictions and accuracies use negative/positive only, and a wrong view fails
+before work. TF Fold's binary scores of a fine-grained model (``polarity``): the larger summed
+probability of the negative or positive classes, over nodes labelled in either."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -99,3 +102,67 @@ def test_binary_run_with_neutral_nodes_trains_three_classes(data_dir: Path, tmp_
     assert 0.0 <= results["test_accuracy"] <= 1.0
     state = torch.load(tmp_path / "checkpoints" / "best.pt", weights_only=True)["model"]
     assert state["classify.weight"].shape[0] == 3
+
+
+def _fine_model(trees: list, bias: list[float], polarity=([0, 1], [3, 4])) -> TreeLSTMClassifier:
+    torch.manual_seed(0)
+    vocab = Vocabulary.from_trees(trees)
+    model = TreeLSTMClassifier(vocab, num_classes=5, hidden_size=8, polarity=polarity).eval()
+    with torch.no_grad():  # every node gets the same probabilities
+        model.classify.weight.zero_()
+        model.classify.bias.copy_(torch.tensor(bias))
+    return model
+
+
+def test_fine_model_scores_binary_by_summed_probabilities(data_dir: Path) -> None:
+    trees = load_sst("train", data_dir)
+    # Class 0 is the single most likely, yet 3 + 4 outweigh 0 + 1: every node says positive.
+    model = _fine_model(trees, [1.0, -5.0, 0.9, 0.8, 0.8])
+    out = model(model.collate(trees))
+    roots = [t.label for t in trees]
+    labels = [label for t in trees for label in t.labels()]
+    assert int(out["root_correct"]) == roots.count(0)  # the fine prediction is class 0
+    assert int(out["root_binary_correct"]) == sum(r >= 3 for r in roots) == 2
+    assert int(out["root_binary_count"]) == sum(r != 2 for r in roots) == 4
+    assert int(out["node_binary_correct"]) == sum(label >= 3 for label in labels)
+    assert int(out["node_binary_count"]) == sum(label != 2 for label in labels)
+    metrics = model.summarize({k: float(v.detach()) for k, v in out.items()})
+    assert metrics["binary_accuracy"] == 0.5
+    assert metrics["binary_node_accuracy"] == pytest.approx(
+        sum(label >= 3 for label in labels) / sum(label != 2 for label in labels)
+    )
+
+
+def test_no_binary_metrics_without_polarity(data_dir: Path) -> None:
+    trees = load_sst("train", data_dir)
+    model = _fine_model(trees, [0.0] * 5, polarity=None)
+    out = model(model.collate(trees))
+    assert "root_binary_count" not in out
+    assert set(model.summarize({k: float(v.detach()) for k, v in out.items()})) == {
+        "accuracy",
+        "node_accuracy",
+    }
+
+
+@pytest.mark.parametrize(
+    "polarity, message",
+    [(([0, 1], [1, 3]), "disjoint"), (([], [3]), "disjoint"), (([0], [5]), "0..4")],
+)
+def test_bad_polarity_fails(polarity, message: str, data_dir: Path) -> None:
+    with pytest.raises(ValueError, match=message):
+        _fine_model(load_sst("train", data_dir), [0.0] * 5, polarity=polarity)
+
+
+def test_fine_sst_run_reports_binary_accuracy(data_dir: Path, tmp_path: Path) -> None:
+    overrides = [
+        "experiment=sst_treelstm",
+        f"paths.data_dir={data_dir}",
+        "model.hidden_size=8",
+        "trainer.epochs=1",
+        "trainer.progress=false",
+        "trainer.plots=false",
+    ]
+    results = run_train(compose_config(overrides, tmp_path))
+    assert 0.0 <= results["test_binary_accuracy"] <= 1.0
+    epochs = pd.read_csv(tmp_path / "metrics.csv")
+    assert epochs["dev_binary_accuracy"].between(0.0, 1.0).all()
