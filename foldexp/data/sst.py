@@ -98,8 +98,9 @@ def load_sst(
         view: ``"fine"`` (5 classes) or ``"binary"`` (2 classes, neutral-root trees dropped).
         labels: ``"all"`` keeps every node's label, ``"root"`` only the root's.
         unescape: Replace PTB escapes in tokens (see :func:`read_sst_file`).
-        neutral_nodes: Binary view only: neutral internal nodes are labelled :data:`NEUTRAL`
-            instead of ``NO_LABEL``, a third class to train on (Tai et al. 2015).
+        neutral_nodes: In the binary view, neutral internal nodes are labelled :data:`NEUTRAL`
+            instead of ``NO_LABEL``, a third class to train on (Tai et al. 2015). The fine view
+            has neutral as one of its five classes either way.
 
     Returns:
         The trees in file order.
@@ -112,8 +113,6 @@ def load_sst(
         raise ValueError(f"unknown SST view {view!r}; expected 'fine' or 'binary'")
     if labels not in ("all", "root"):
         raise ValueError(f"unknown SST labels {labels!r}; expected 'all' or 'root'")
-    if neutral_nodes and view != "binary":
-        raise ValueError("neutral_nodes=True needs view='binary' (the fine view keeps them anyway)")
     path = sst_path(split, data_dir)
     if not path.is_file():
         raise DatasetNotFoundError(

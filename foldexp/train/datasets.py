@@ -117,8 +117,8 @@ def sst(
     """SST trees under ``data_dir/sst``, in the fine or binary view.
 
     ``vector_vocab``: with ``word_vectors``, dev/test words that have a vector get their own row.
-    ``neutral_nodes`` (binary view): neutral phrases train a third class, as Tai et al. (2015);
-    the model then predicts among the first two classes only (``predict_classes``).
+    ``neutral_nodes`` (binary view; no effect on the fine view): neutral phrases train a third
+    class, as Tai et al. (2015); the model predicts among the first two only (``predict_classes``).
     """
     view, labels = str(getattr(view, "value", view)), str(getattr(labels, "value", labels))
     splits = [
@@ -135,7 +135,7 @@ def sst(
         *splits,
         {
             "vocab": vocab,
-            "num_classes": SST_CLASSES[view] + int(neutral_nodes),
+            "num_classes": SST_CLASSES[view] + int(neutral_nodes and view == "binary"),
             "predict_classes": SST_CLASSES[view],
             # The fine view also scores negative (0-1) against positive (3-4), as TF Fold did.
             "polarity": ([0, 1], [3, 4]) if view == "fine" else None,

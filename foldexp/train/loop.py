@@ -168,17 +168,6 @@ def _check_dropouts(model_cfg: Any) -> None:
             raise ValueError(f"model.{key}={value}; expected a probability 0 <= p < 1")
 
 
-def _check_dataset(dataset_cfg: Any) -> None:
-    """Dataset options that only make sense together; fails before the data is loaded."""
-    view = dataset_cfg.get("view")
-    view = str(getattr(view, "value", view))
-    if dataset_cfg.get("neutral_nodes") and view != "binary":
-        raise ValueError(
-            f"dataset.neutral_nodes=true needs dataset.view=binary (got view={view}): the fine "
-            "view trains the neutral class already"
-        )
-
-
 def run_train(cfg: DictConfig) -> dict[str, Any]:
     """Trains the configured model; returns the final metrics (best dev, test).
 
@@ -192,7 +181,6 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     if not 0.0 <= tc.ema_decay < 1.0:
         raise ValueError(f"trainer.ema_decay={tc.ema_decay}; expected 0 <= decay < 1 (0: off)")
     _check_dropouts(cfg.model)
-    _check_dataset(cfg.dataset)
     dd.export_submitit_env()  # a submitit job of several tasks: they are the ranks
     world = dd.launched_world_size()
     if world > 1 and strategy != "ddp":

@@ -1,7 +1,7 @@
 """Binary SST scoring. Tai et al.'s binary model (``dataset.neutral_nodes``): neutral phrases
-train a third class, predictions and accuracies use negative/positive only, and a wrong view fails
-before work. TF Fold's binary scores of a fine-grained model (``polarity``): the larger summed
-probability of the negative or positive classes, over nodes labelled in either."""
+train a third class, predictions and accuracies use negative/positive only, and the option has
+no effect on the fine view. TF Fold's binary scores of a fine-grained model (``polarity``): the
+larger summed probability of the negative or positive classes, over nodes labelled in either."""
 
 from __future__ import annotations
 
@@ -43,8 +43,8 @@ def test_binary_view_keeps_neutral_nodes_as_a_third_class(data_dir: Path) -> Non
     assert plain[0].labels() == [NO_LABEL, NO_LABEL, 1, 1, 1]
     assert kept[0].labels() == [NEUTRAL, NEUTRAL, 1, 1, 1]
     assert kept[3].labels() == [NEUTRAL, NEUTRAL, 1, 0, 0]  # "Not quite right"
-    with pytest.raises(ValueError, match="neutral_nodes=True needs view='binary'"):
-        load_sst("train", data_dir, neutral_nodes=True)
+    fine = load_sst("train", data_dir)
+    assert load_sst("train", data_dir, neutral_nodes=True) == fine  # five classes either way
 
 
 def _model(trees: list) -> TreeLSTMClassifier:
@@ -78,12 +78,13 @@ def test_predict_classes_must_fit_the_classes(data_dir: Path) -> None:
         TreeLSTMClassifier(vocab, num_classes=3, predict_classes=4)
 
 
-def test_neutral_nodes_with_the_fine_view_fails_before_any_work(tmp_path: Path) -> None:
-    cfg = compose_config(["experiment=sst_treelstm", "dataset.neutral_nodes=true"], tmp_path)
-    cfg.paths.data_dir = str(tmp_path / "no_data_here")  # reading data would fail otherwise
-    with pytest.raises(ValueError, match="dataset.neutral_nodes=true needs dataset.view=binary"):
-        run_train(cfg)
-    assert not (tmp_path / "checkpoints").exists()
+def test_bundle_classes_follow_the_view(data_dir: Path) -> None:
+    from foldexp.train.datasets import sst
+
+    assert sst(str(data_dir), view="fine", neutral_nodes=True).info["num_classes"] == 5
+    binary = sst(str(data_dir), view="binary", neutral_nodes=True).info
+    assert (binary["num_classes"], binary["predict_classes"], binary["polarity"]) == (3, 2, None)
+    assert sst(str(data_dir), view="binary").info["num_classes"] == 2
 
 
 def test_binary_run_with_neutral_nodes_trains_three_classes(data_dir: Path, tmp_path: Path) -> None:
