@@ -38,7 +38,8 @@ def test_sst_treelstm_glove_trains_on_a_slice(data_root: Path, tmp_path: Path) -
     assert metrics["train_loss"].iloc[1] < metrics["train_loss"].iloc[0]
 
 
-def test_sst_binary_view_has_two_classes(data_root: Path, tmp_path: Path) -> None:
+def test_sst_binary_view_predicts_two_classes(data_root: Path, tmp_path: Path) -> None:
+    # Tai et al.'s binary model: neutral phrases train a third class that is never predicted.
     cfg = compose_config(
         [
             "experiment=sst_treelstm",
@@ -50,9 +51,28 @@ def test_sst_binary_view_has_two_classes(data_root: Path, tmp_path: Path) -> Non
         ],
         tmp_path,
     )
+    bundle = instantiate(cfg.dataset, _convert_="all")
+    assert (bundle.info["num_classes"], bundle.info["predict_classes"]) == (3, 2)
+    labels = {label for tree in bundle.train for label in tree.labels()}
+    assert labels == {0, 1, 2} and {t.label for t in bundle.train + bundle.test} <= {0, 1}
     results = run_train(cfg)
     assert results["config"]["dataset"]["view"] == "binary"
     assert 0 <= results["test_accuracy"] <= 1
+
+
+def test_sst_fine_view_also_reports_binary_accuracy(data_root: Path, tmp_path: Path) -> None:
+    cfg = compose_config(
+        [
+            "experiment=sst_treelstm",
+            f"paths.data_dir={data_root}",
+            "dataset.limit=60",
+            "debug=tiny",
+            "model.hidden_size=16",
+        ],
+        tmp_path,
+    )
+    results = run_train(cfg)
+    assert 0 <= results["test_binary_accuracy"] <= 1 and 0 <= results["test_accuracy"] <= 1
 
 
 def test_sst_treelstm_fold_is_the_papers_model_and_trains(data_root: Path, tmp_path: Path) -> None:
