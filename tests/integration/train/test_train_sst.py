@@ -13,6 +13,18 @@ from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
 
 
+def _tiny_slice(data_root: Path, experiment: str, *extra: str) -> list[str]:
+    """Overrides for a few batches of ``experiment`` on the first 60 trees of each split."""
+    return [
+        f"experiment={experiment}",
+        f"paths.data_dir={data_root}",
+        "dataset.limit=60",
+        "debug=tiny",
+        "model.hidden_size=16",
+        *extra,
+    ]
+
+
 def test_sst_treelstm_glove_trains_on_a_slice(data_root: Path, tmp_path: Path) -> None:
     # The GloVe preset finds its vectors under the data folder and adds dev/test words.
     cfg = compose_config(
@@ -40,17 +52,7 @@ def test_sst_treelstm_glove_trains_on_a_slice(data_root: Path, tmp_path: Path) -
 
 def test_sst_binary_view_predicts_two_classes(data_root: Path, tmp_path: Path) -> None:
     # Tai et al.'s binary model: neutral phrases train a third class that is never predicted.
-    cfg = compose_config(
-        [
-            "experiment=sst_treelstm",
-            f"paths.data_dir={data_root}",
-            "dataset.view=binary",
-            "dataset.limit=60",
-            "debug=tiny",
-            "model.hidden_size=16",
-        ],
-        tmp_path,
-    )
+    cfg = compose_config(_tiny_slice(data_root, "sst_treelstm", "dataset.view=binary"), tmp_path)
     bundle = instantiate(cfg.dataset, _convert_="all")
     assert (bundle.info["num_classes"], bundle.info["predict_classes"]) == (3, 2)
     labels = {label for tree in bundle.train for label in tree.labels()}
@@ -61,32 +63,14 @@ def test_sst_binary_view_predicts_two_classes(data_root: Path, tmp_path: Path) -
 
 
 def test_sst_fine_view_also_reports_binary_accuracy(data_root: Path, tmp_path: Path) -> None:
-    cfg = compose_config(
-        [
-            "experiment=sst_treelstm",
-            f"paths.data_dir={data_root}",
-            "dataset.limit=60",
-            "debug=tiny",
-            "model.hidden_size=16",
-        ],
-        tmp_path,
-    )
+    cfg = compose_config(_tiny_slice(data_root, "sst_treelstm"), tmp_path)
     results = run_train(cfg)
     assert 0 <= results["test_binary_accuracy"] <= 1 and 0 <= results["test_accuracy"] <= 1
 
 
 def test_sst_treelstm_fold_is_the_papers_model_and_trains(data_root: Path, tmp_path: Path) -> None:
     # The Fold paper's §3.5.1 Tree-LSTM: recurrent dropout, no weight decay, state 300.
-    cfg = compose_config(
-        [
-            "experiment=sst_treelstm_fold",
-            f"paths.data_dir={data_root}",
-            "dataset.limit=60",
-            "debug=tiny",
-            "model.hidden_size=16",
-        ],
-        tmp_path,
-    )
+    cfg = compose_config(_tiny_slice(data_root, "sst_treelstm_fold"), tmp_path)
     assert cfg.model.recurrent_dropout == 0.25 and cfg.optimizer.weight_decay == 0.0
     assert compose_config(["experiment=sst_treelstm_fold"], tmp_path).model.hidden_size == 300
     bundle = instantiate(cfg.dataset, _convert_="all")

@@ -36,6 +36,20 @@ def data_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def _run(data_dir: Path, *extra: str) -> list[str]:
+    """Overrides for two quick epochs of ``sst_treelstm`` on the hand-written treebank."""
+    return [
+        "experiment=sst_treelstm",
+        f"paths.data_dir={data_dir}",
+        "model.hidden_size=8",
+        "trainer.epochs=2",
+        "trainer.batch_size=2",
+        "trainer.progress=false",
+        "trainer.plots=false",
+        *extra,
+    ]
+
+
 def test_binary_view_keeps_neutral_nodes_as_a_third_class(data_dir: Path) -> None:
     plain = load_sst("train", data_dir, view="binary")
     kept = load_sst("train", data_dir, view="binary", neutral_nodes=True)
@@ -88,17 +102,7 @@ def test_bundle_classes_follow_the_view(data_dir: Path) -> None:
 
 
 def test_binary_run_with_neutral_nodes_trains_three_classes(data_dir: Path, tmp_path: Path) -> None:
-    overrides = [
-        "experiment=sst_treelstm",
-        f"paths.data_dir={data_dir}",
-        "dataset.view=binary",
-        "dataset.neutral_nodes=true",
-        "model.hidden_size=8",
-        "trainer.epochs=2",
-        "trainer.batch_size=2",
-        "trainer.progress=false",
-        "trainer.plots=false",
-    ]
+    overrides = _run(data_dir, "dataset.view=binary", "dataset.neutral_nodes=true")
     results = run_train(compose_config(overrides, tmp_path))
     assert 0.0 <= results["test_accuracy"] <= 1.0
     state = torch.load(tmp_path / "checkpoints" / "best.pt", weights_only=True)["model"]
@@ -155,15 +159,7 @@ def test_bad_polarity_fails(polarity, message: str, data_dir: Path) -> None:
 
 
 def test_fine_sst_run_reports_binary_accuracy(data_dir: Path, tmp_path: Path) -> None:
-    overrides = [
-        "experiment=sst_treelstm",
-        f"paths.data_dir={data_dir}",
-        "model.hidden_size=8",
-        "trainer.epochs=1",
-        "trainer.progress=false",
-        "trainer.plots=false",
-    ]
-    results = run_train(compose_config(overrides, tmp_path))
+    results = run_train(compose_config(_run(data_dir), tmp_path))
     assert 0.0 <= results["test_binary_accuracy"] <= 1.0
     epochs = pd.read_csv(tmp_path / "metrics.csv")
     assert epochs["dev_binary_accuracy"].between(0.0, 1.0).all()
