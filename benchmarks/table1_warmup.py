@@ -3,10 +3,11 @@
 Usage: python benchmarks/table1_warmup.py [--batch 256 --state 256 --rounds 6 --threads 2]
        [--no-keep-memory]
 
-Runs the three Table 1 training cases of ``foldexp bench`` (manual level batching on
-identical-shape trees, the engine on the same trees, the engine on random trees) round-robin
-with a rotating start, as ``foldexp.bench.timing.run_interleaved`` does, with no warm-up, and
-prints each step's seconds and the minor page faults it took (``getrusage``). The first rounds
+Runs the three Table 1 training cases of ``foldexp bench`` (``foldexp.bench.table1``: manual
+level batching on identical-shape trees, the engine on the same trees, the engine on random
+trees) round-robin with a rotating start, as ``foldexp.bench.timing.run_interleaved`` does, with
+no warm-up, and prints each step's timed seconds (schedule building apart, as in the bench) and
+the minor page faults the whole step took (``getrusage``). The first rounds
 page-fault while glibc's heap grows to the pattern of all three cases; after that the faults
 stop and the times settle. This is the measurement behind the interleaved warm-up rounds and the
 quick preset's ``warmup: 3`` at full batch size.
@@ -16,47 +17,19 @@ from __future__ import annotations
 
 import argparse
 import resource
-import time
-from collections.abc import Callable
+from types import SimpleNamespace
 
-import numpy as np
 import torch
 
 from foldexp import Compiler
-from foldexp.bench.models import PaperTreeModel, leaf_words
-from foldexp.bench.trees import levels_of, make_tree, make_trees, same_shape_trees
+from foldexp.bench.models import PaperTreeModel
+from foldexp.bench.table1 import table1_cases
+from foldexp.bench.timing import Env, Stopwatch
 from foldexp.kernels.memory import keep_freed_memory
 
 
 def _faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-def _cases(batch: int, state: int, leaves: int = 128) -> list[tuple[str, Callable[[], None]]]:
-    torch.manual_seed(0)
-    model = PaperTreeModel(leaves, state)
-    compiler = Compiler(model.block(), merge_duplicates=False)
-    rng = np.random.default_rng(batch)
-    template = make_tree(leaves, leaves, rng, "random")
-    levels = levels_of(template)
-    same = same_shape_trees(template, batch, leaves, batch + 1)
-    words = leaf_words(same)
-    full = make_trees(batch, leaves, leaves, batch + 2)
-
-    def manual() -> None:
-        model.zero_grad(set_to_none=True)
-        (0.5 * model.manual_level(levels, words).pow(2).sum()).backward()
-
-    def engine(trees: list) -> Callable[[], None]:
-        plan = compiler.build(trees)
-
-        def step() -> None:
-            model.zero_grad(set_to_none=True)
-            (0.5 * compiler.run(plan).pow(2).sum()).backward()
-
-        return step
-
-    return [("manual", manual), ("dynamic", engine(same)), ("full_dynamic", engine(full))]
 
 
 def main() -> None:
@@ -70,14 +43,22 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if not args.no_keep_memory:
         keep_freed_memory()
-    cases = _cases(args.batch, args.state)
-    print(f"round  {'case':<13} seconds  page faults")
+    # Table 1's own cases (foldexp.bench.table1), at 128 leaves over a 128-word vocabulary.
+    bench = SimpleNamespace(leaves=128, vocab_size=128, manual="level")
+    env = Env(torch.device("cpu"), args.threads)
+    torch.manual_seed(0)
+    model = PaperTreeModel(bench.vocab_size, args.state)
+    compiler = Compiler(model.block(), merge_duplicates=False)
+    cases = table1_cases(model, compiler, bench, env, args.batch, True, args.batch)
+    print(f"round  {'case':<13} seconds  page faults   (seconds: the case's own column)")
     for r in range(args.rounds):
         k = r % len(cases)
-        for name, step in cases[k:] + cases[:k]:
-            f0, t0 = _faults(), time.perf_counter()
-            step()
-            print(f"{r:>5}  {name:<13} {time.perf_counter() - t0:7.3f}  {_faults() - f0:>11,}")
+        for case in cases[k:] + cases[:k]:
+            sw = Stopwatch(env.device)
+            f0 = _faults()
+            case.step(sw)
+            faults = _faults() - f0
+            print(f"{r:>5}  {case.name:<13} {sw.times[case.name]:7.3f}  {faults:>11,}")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from foldexp.bench.models import PaperTreeModel, leaf_words
 from foldexp.bench.timing import Case, Env, Stopwatch, repeats_for, run_interleaved
 from foldexp.bench.trees import levels_of, make_tree, make_trees, same_shape_trees
 
-__all__ = ["table1_cells", "COLUMNS"]
+__all__ = ["table1_cases", "table1_cells", "COLUMNS"]
 
 COLUMNS = (
     "manual",
@@ -48,7 +48,7 @@ def _l2_loss(out: torch.Tensor) -> torch.Tensor:
     return 0.5 * out.pow(2).sum()  # TF's l2_loss, as the Fold benchmark trains with
 
 
-def _cases(
+def table1_cases(
     model: PaperTreeModel,
     compiler: Compiler,
     bench: Any,
@@ -142,11 +142,11 @@ def _runner(
     mode: str,
 ) -> Callable[[], list[Record]]:
     def run() -> list[Record]:
-        cases = _cases(model, compiler, bench, env, batch, training, seed + batch)
+        cases = table1_cases(model, compiler, bench, env, batch, training, seed + batch)
         warm_batch = min(batch, bench.warmup_trees) if bench.warmup_trees > 0 else batch
         if bench.warmup > 0 and warm_batch < batch:
             # Warm up on a smaller batch: same kernels and thread pool, a fraction of the time.
-            warm = _cases(model, compiler, bench, env, warm_batch, training, seed)
+            warm = table1_cases(model, compiler, bench, env, warm_batch, training, seed)
             run_interleaved(warm, env.device, 0, bench.warmup)
             warmup = 0
         else:
