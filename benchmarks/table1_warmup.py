@@ -24,7 +24,7 @@ import torch
 from foldexp import Compiler
 from foldexp.bench.models import PaperTreeModel
 from foldexp.bench.table1 import table1_cases
-from foldexp.bench.timing import Env, Stopwatch
+from foldexp.bench.timing import Env, Stopwatch, round_order
 from foldexp.kernels.memory import keep_freed_memory
 
 
@@ -52,8 +52,7 @@ def main() -> None:
     cases = table1_cases(model, compiler, bench, env, args.batch, True, args.batch)
     print(f"round  {'case':<13} seconds  page faults   (seconds: the case's own column)")
     for r in range(args.rounds):
-        k = r % len(cases)
-        for case in cases[k:] + cases[:k]:
+        for case in round_order(cases, r):
             sw = Stopwatch(env.device)
             f0 = _faults()
             case.step(sw)

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Env", "setup_env", "Stopwatch", "Case", "run_interleaved", "repeats_for"]
+__all__ = ["Env", "setup_env", "Stopwatch", "Case", "round_order", "run_interleaved", "repeats_for"]
 
 
 @dataclass
@@ -119,6 +119,12 @@ def repeats_for(batch_size: int, repeats: int, boost_below: int) -> int:
     return repeats
 
 
+def round_order(cases: list[Case], round_index: int) -> list[Case]:
+    """The cases of one round, rotated by the round's index so no case is always first."""
+    k = round_index % len(cases)
+    return cases[k:] + cases[:k]
+
+
 def run_interleaved(
     cases: list[Case],
     device: torch.device,
@@ -136,16 +142,14 @@ def run_interleaved(
     of Table 1 training at batch 256, 0.68 s against a steady 0.37 s).
     """
     for w in range(warmup):
-        k = w % len(cases)
-        for case in cases[k:] + cases[:k]:
+        for case in round_order(cases, w):
             case.step(Stopwatch(device))
     records: list[dict[str, Any]] = []
     start = time.perf_counter()
     for r in range(repeats):
         if r >= min_repeats and budget_s > 0 and time.perf_counter() - start > budget_s:
             break
-        k = r % len(cases)
-        for case in cases[k:] + cases[:k]:  # rotate the order so no case is always first
+        for case in round_order(cases, r):
             sw = Stopwatch(device)
             case.step(sw)
             load = os.getloadavg()[0]  # a busy machine explains outliers (see run.summarize)
