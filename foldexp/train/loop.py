@@ -9,7 +9,8 @@ Batches are traced and scheduled by ``model.collate`` inside DataLoader workers
 loaders and their workers last the whole run (``loaders.py``), so workers keep their trace caches.
 A killed run continues with ``trainer.resume=true`` from ``checkpoints/last.pt`` and ends with
 the same result as an uninterrupted run: the data order depends only on (seed, epoch), the
-position inside the epoch is saved, and so is every RNG.
+position inside the epoch is saved, and so is every RNG (``resume.py``). Dev and test
+evaluation and the best-epoch choice are in ``evaluate.py``.
 
 ``trainer.strategy=ddp`` trains data-parallel (``foldexp/train/distributed.py``): every rank
 collates its shard of each global batch (``foldexp/train/sampler.py``), DDP averages the
@@ -26,32 +27,23 @@ import contextlib
 import json
 import logging
 import os
-import sys
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from tqdm import tqdm
 
 from foldexp.kernels import keep_freed_memory, set_onednn_enabled
 from foldexp.train import distributed as dd
 from foldexp.train.artifacts import plot_curves, write_json, write_metrics_csv
-from foldexp.train.checkpoint import (
-    load_checkpoint,
-    load_payload,
-    rng_state,
-    save_checkpoint,
-    seed_everything,
-    set_rng_state,
-)
+from foldexp.train.checkpoint import load_checkpoint, seed_everything
 from foldexp.train.ema import ParamAverage
+from foldexp.train.evaluate import evaluate, improves, progress_bar
 from foldexp.train.loaders import RunLoaders
-from foldexp.train.optim import build_optimizer
+from foldexp.train.optim import build_optimizer, param_groups
+from foldexp.train.resume import restore_run, save_run, seed_rank
 from foldexp.train.sampler import BALANCE_MODES, ShardedBatchSampler, example_sizes
 
 __all__ = ["run_train", "TrainingDiverged", "resolve_device"]
@@ -73,85 +65,6 @@ def resolve_device(name: str) -> torch.device:
             "device.name=cuda but torch sees no CUDA device; use device=cpu or device=auto"
         )
     return torch.device(name)
-
-
-def _param_groups(model: Any, lr: float) -> list[dict[str, Any]]:
-    """The optimizer's parameter groups: the model's own (``model.param_groups()``, each with
-    optional ``lr`` and ``weight_decay``) or one group; frozen parameters left out."""
-    groups = (
-        model.param_groups()
-        if hasattr(model, "param_groups")
-        else [{"params": list(model.parameters())}]
-    )
-    out = []
-    for g in groups:
-        params = [p for p in g["params"] if p.requires_grad]
-        if params:
-            out.append({**g, "params": params, "lr": g.get("lr") or lr})
-    return out
-
-
-def _progress(it: Iterable[Any], enabled: bool, **kw: Any) -> Any:
-    return tqdm(it, disable=not (enabled and sys.stderr.isatty()), leave=False, **kw)
-
-
-def evaluate(
-    model: Any,
-    examples: list[Any],
-    cfg: DictConfig,
-    device: torch.device,
-    prefix: str,
-    ctx: dd.DistContext | None = None,
-    sizes: list[int] | None = None,
-    loaders: RunLoaders | None = None,
-) -> dict[str, float]:
-    """Mean loss and the model's metrics over ``examples``, without gradients.
-
-    Under DDP each rank evaluates its shard of every batch and the sums are gathered.
-    ``loaders`` keeps the split's loader (and its workers) from one call to the next.
-    """
-    ctx = ctx or dd.DistContext()
-    tc = cfg.trainer
-    model.eval()
-    sums: dict[str, float] = {}
-    n = 0
-    sampler = ShardedBatchSampler(
-        range(len(examples)),
-        tc.eval_batch_size,
-        sizes or [1] * len(examples),
-        ctx.rank,
-        ctx.world_size,
-        str(tc.balance),
-        limit=tc.limit_batches,
-        pad=False,
-    )
-    loaders = loaders or RunLoaders(model, tc.num_workers, 0)
-    loader = loaders.get(prefix, examples, sampler)
-    with torch.no_grad():
-        for batch in _progress(loader, tc.progress and ctx.is_main, desc=prefix):
-            out = model(batch)
-            n += batch.size
-            dd.accumulate(sums, out, batch.size)
-    if ctx.enabled:
-        sums, n = dd.merge(dd.all_gather(ctx, (sums, n)))
-    metrics = {"loss": sums.get("loss", 0.0) / max(1, n), **model.summarize(sums)}
-    return {f"{prefix}_{k}": v for k, v in metrics.items()}
-
-
-def _improves(
-    row: dict[str, Any], select: str, better: Any, progress: dict[str, Any], epoch: int
-) -> bool:
-    """Whether ``row[select]`` beats the best so far; if so, records it as the best epoch."""
-    if select not in row:
-        raise KeyError(
-            f"trainer.select_metric={select!r} is not a metrics.csv column; "
-            f"columns are {sorted(row)}"
-        )
-    score = row[select]
-    if progress["best"] is not None and better(score, progress["best"]) == progress["best"]:
-        return False
-    progress.update(best=score, best_epoch=epoch, bad_epochs=0)
-    return True
 
 
 def _check_choice(value: Any, choices: tuple[str, ...], key: str) -> str:
@@ -202,46 +115,6 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
         dd.teardown()
 
 
-def _restore(
-    ctx: dd.DistContext,
-    path: Path,
-    model: torch.nn.Module,
-    optimizer: Any,
-    states: dict[str, Any],
-) -> dict[str, Any] | None:
-    """Loads ``path`` (model, optimizer, RNGs) if it exists; returns the saved progress.
-
-    Under DDP rank 0 reads the file and broadcasts it, so the other ranks need no shared file
-    system, and each rank takes back its own RNG state (``rank_rng``, saved by every DDP
-    checkpoint); after a checkpoint from another number of processes the ranks above 0 keep
-    their fresh seeds.
-    """
-    if not ctx.enabled:
-        if not path.exists():
-            return None
-        progress = load_checkpoint(path, model, optimizer, states=states)
-        progress.pop("rank_rng", None)
-        return progress
-    exists = ctx.is_main and path.exists()
-    payload = torch.load(path, map_location="cpu", weights_only=True) if exists else None
-    payload = dd.broadcast(ctx, payload)
-    if payload is None:
-        return None
-    load_payload(path, payload, model, optimizer, states)
-    progress = payload["progress"]
-    rngs = progress.pop("rank_rng", None)
-    if rngs and len(rngs) == ctx.world_size:
-        set_rng_state(rngs[ctx.rank])
-    elif not ctx.rank:
-        set_rng_state(payload["rng"])
-    return progress
-
-
-def _seed_rank(seed: int, rank: int) -> None:
-    """Each rank its own dropout masks; rank 0 keeps the single-process stream."""
-    seed_everything(int(np.random.SeedSequence([seed, rank]).generate_state(1)[0]))
-
-
 def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[str, Any]:
     tc = cfg.trainer
     set_onednn_enabled(cfg.device.onednn)
@@ -272,7 +145,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
     bundle = instantiate(cfg.dataset, _convert_="all")
     log.info("dataset %s: %s", cfg.dataset.name, bundle.sizes())
     model = instantiate(cfg.model, **bundle.info, _convert_="all").to(device)
-    optimizer = build_optimizer(instantiate(cfg.optimizer), _param_groups(model, cfg.optimizer.lr))
+    optimizer = build_optimizer(instantiate(cfg.optimizer), param_groups(model, cfg.optimizer.lr))
     select, better = (
         tc.select_metric,
         (max if str(getattr(tc.select_mode, "value", tc.select_mode)) == "max" else min),
@@ -299,11 +172,11 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
     }
     last = ckpt_dir / "last.pt"
     if ctx.rank:
-        _seed_rank(cfg.seed, ctx.rank)
+        seed_rank(cfg.seed, ctx.rank)
     # Evaluation (and best.pt) use the parameter average when there is one (``ema.py``).
     ema = ParamAverage(model, tc.ema_decay) if tc.ema_decay else None
     states = {"ema": ema} if ema is not None else {}
-    restored = _restore(ctx, last, model, optimizer, states) if tc.resume else None
+    restored = restore_run(ctx, last, model, optimizer, states) if tc.resume else None
     resumed = restored is not None
     if restored is not None:
         progress = restored
@@ -321,12 +194,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
         ledger = dd.RankLedger(ctx, out_dir / "ranks.csv", fresh=not resumed)
 
     def checkpoint(path: Path) -> None:
-        if not ctx.enabled:
-            save_checkpoint(path, model, optimizer, progress, states)
-            return
-        rngs = dd.all_gather(ctx, rng_state())
-        if ctx.is_main:
-            save_checkpoint(path, model, optimizer, {**progress, "rank_rng": rngs}, states)
+        save_run(ctx, path, model, optimizer, progress, states)
 
     loaders = RunLoaders(model, tc.num_workers, cfg.seed)
     started = time.perf_counter()
@@ -349,7 +217,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
         net.train()
         t_epoch = time.perf_counter()
         n_before = progress["epoch_n"]
-        bar = _progress(
+        bar = progress_bar(
             loader,
             tc.progress and ctx.is_main,
             desc=f"epoch {epoch}",
@@ -434,7 +302,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
         averaged = ema.applied() if ema is not None else contextlib.nullcontext()
         with averaged:
             row.update(evaluate(model, bundle.dev, cfg, device, "dev", ctx, sizes["dev"], loaders))
-            if _improves(row, select, better, progress, epoch):
+            if improves(row, select, better, progress, epoch):
                 checkpoint(ckpt_dir / "best.pt")  # the weights just evaluated
         row["epoch_seconds"] = time.perf_counter() - t_epoch
         if ledger:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["GROUP_OPTIMIZERS", "OptimizerSet", "build_optimizer"]
+__all__ = ["GROUP_OPTIMIZERS", "OptimizerSet", "build_optimizer", "param_groups"]
 
 # What a group's ``"optimizer"`` key may name: an optimizer class taking (groups, lr=...).
 GROUP_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
@@ -83,3 +83,20 @@ def build_optimizer(
         group = {k: v for k, v in g.items() if k != "optimizer"}
         optimizers.append(cls([group], lr=group["lr"]))
     return OptimizerSet(optimizers)
+
+
+def param_groups(model: Any, lr: float) -> list[dict[str, Any]]:
+    """The optimizer's parameter groups: the model's own (``model.param_groups()``, each with
+    optional ``lr``, ``weight_decay`` and ``optimizer``) or one group; frozen parameters left
+    out, and a group without ``lr`` takes ``lr``."""
+    groups = (
+        model.param_groups()
+        if hasattr(model, "param_groups")
+        else [{"params": list(model.parameters())}]
+    )
+    out = []
+    for g in groups:
+        params = [p for p in g["params"] if p.requires_grad]
+        if params:
+            out.append({**g, "params": params, "lr": g.get("lr") or lr})
+    return out

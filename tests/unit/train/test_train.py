@@ -154,14 +154,14 @@ def test_workers_build_schedules_with_same_result(tmp_path: Path) -> None:
 def test_embedding_has_its_own_learning_rate(tmp_path: Path) -> None:
     from hydra.utils import instantiate
 
-    from foldexp.train.loop import _param_groups
+    from foldexp.train.optim import param_groups
 
     cfg = compose_config(
         [*TINY, "model.embedding_lr=0.5", "model.embedding_weight_decay=0"], tmp_path
     )
     bundle = instantiate(cfg.dataset, _convert_="all")
     model = instantiate(cfg.model, **bundle.info, _convert_="all")
-    groups = _param_groups(model, 0.01)
+    groups = param_groups(model, 0.01)
     assert [g["lr"] for g in groups] == [0.01, 0.5] and groups[1]["weight_decay"] == 0
     assert groups[1]["params"] == [model.embedding.weight]
     n = sum(p.numel() for g in groups for p in g["params"])

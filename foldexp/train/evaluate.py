@@ -1,0 +1,94 @@
+"""Evaluation and model selection for the training loop (``loop.py``).
+
+``evaluate`` runs a split without gradients and turns the model's summed statistics into
+metrics named ``<split>_<metric>`` (the ``metrics.csv`` columns); under DDP every rank evaluates
+its shard of each batch and the sums are gathered. ``improves`` decides whether an epoch's dev
+row is the best so far by ``trainer.select_metric``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from foldexp.train import distributed as dd
+from foldexp.train.loaders import RunLoaders
+from foldexp.train.sampler import ShardedBatchSampler
+
+__all__ = ["evaluate", "improves", "progress_bar"]
+
+
+def progress_bar(it: Iterable[Any], enabled: bool, **kw: Any) -> Any:
+    """A tqdm bar over ``it``, shown only when ``enabled`` and stderr is a terminal."""
+    return tqdm(it, disable=not (enabled and sys.stderr.isatty()), leave=False, **kw)
+
+
+def evaluate(
+    model: Any,
+    examples: list[Any],
+    cfg: DictConfig,
+    device: torch.device,
+    prefix: str,
+    ctx: dd.DistContext | None = None,
+    sizes: list[int] | None = None,
+    loaders: RunLoaders | None = None,
+) -> dict[str, float]:
+    """Mean loss and the model's metrics over ``examples``, without gradients.
+
+    Under DDP each rank evaluates its shard of every batch and the sums are gathered.
+    ``loaders`` keeps the split's loader (and its workers) from one call to the next.
+    """
+    ctx = ctx or dd.DistContext()
+    tc = cfg.trainer
+    model.eval()
+    sums: dict[str, float] = {}
+    n = 0
+    sampler = ShardedBatchSampler(
+        range(len(examples)),
+        tc.eval_batch_size,
+        sizes or [1] * len(examples),
+        ctx.rank,
+        ctx.world_size,
+        str(tc.balance),
+        limit=tc.limit_batches,
+        pad=False,
+    )
+    loaders = loaders or RunLoaders(model, tc.num_workers, 0)
+    loader = loaders.get(prefix, examples, sampler)
+    with torch.no_grad():
+        for batch in progress_bar(loader, tc.progress and ctx.is_main, desc=prefix):
+            out = model(batch)
+            n += batch.size
+            dd.accumulate(sums, out, batch.size)
+    if ctx.enabled:
+        sums, n = dd.merge(dd.all_gather(ctx, (sums, n)))
+    metrics = {"loss": sums.get("loss", 0.0) / max(1, n), **model.summarize(sums)}
+    return {f"{prefix}_{k}": v for k, v in metrics.items()}
+
+
+def improves(
+    row: dict[str, Any],
+    select: str,
+    better: Callable[[float, float], float],
+    progress: dict[str, Any],
+    epoch: int,
+) -> bool:
+    """Whether ``row[select]`` beats the best so far; if so, records it as the best epoch.
+
+    ``better`` is ``max`` or ``min``; a tie keeps the earlier epoch.
+    """
+    if select not in row:
+        raise KeyError(
+            f"trainer.select_metric={select!r} is not a metrics.csv column; "
+            f"columns are {sorted(row)}"
+        )
+    score = row[select]
+    if progress["best"] is not None and better(score, progress["best"]) == progress["best"]:
+        return False
+    progress.update(best=score, best_epoch=epoch, bad_epochs=0)
+    return True
