@@ -19,6 +19,7 @@ from typing import Any
 from foldexp.blocks._base import Block, InputError, Pipe, Tracer
 from foldexp.blocks._fusion import fused_blocks
 from foldexp.blocks._metrics import Metric
+from foldexp.blocks._recursion import _ForwardRef
 from foldexp.blocks._sequences import Fold, Map, Repeat, _as_list
 from foldexp.blocks._structure import (
     AllOf,
@@ -27,7 +28,6 @@ from foldexp.blocks._structure import (
     InputTransform,
     OneOf,
     Record,
-    _ForwardRef,
 )
 from foldexp.blocks._tensors import _NUMBER_TYPES, OpBlock, Scalar
 from foldexp.types import TensorType
