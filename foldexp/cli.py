@@ -1,7 +1,8 @@
 """The ``foldexp`` command: a thin dispatcher over plain functions.
 
 ``foldexp train`` and ``foldexp bench`` are Hydra apps (all of Hydra's command line works);
-``foldexp data``, ``foldexp report`` and ``foldexp demo`` take plain arguments. Each subcommand
+``foldexp data``, ``foldexp report``, ``foldexp ensemble`` and ``foldexp demo`` take plain
+arguments. Each subcommand
 calls one plain function (``run_train``, ``run_bench``, ``run_report``, …), so tests call those
 functions directly.
 """
@@ -15,6 +16,7 @@ COMMANDS = {
     "train": "train a model: a Hydra app (foldexp train --help, key=value overrides, -m sweeps)",
     "bench": "timing benchmarks: the paper's Table 1, scaling, peers (foldexp bench --help)",
     "report": "aggregate runs or a sweep folder into a table and a plot (foldexp report DIR)",
+    "ensemble": "average the predictions of a sweep's runs (foldexp ensemble DIR)",
     "demo": "print a batch schedule and the speedup of dynamic batching",
     "data": "fetch, import and describe datasets (foldexp data --help)",
 }
@@ -79,6 +81,19 @@ def _report(argv: list[str]) -> int:
     return 0
 
 
+def _ensemble(argv: list[str]) -> int:
+    from foldexp.train.ensemble import SPLITS, run_ensemble
+
+    ap = argparse.ArgumentParser(prog="foldexp ensemble", description=COMMANDS["ensemble"])
+    ap.add_argument("dirs", nargs="+", help="run or sweep folders (results.json, checkpoints/)")
+    ap.add_argument("--split", default="test", choices=SPLITS, help="split to score (test)")
+    ap.add_argument("--out", default=None, help="where to write (default: the first folder)")
+    ap.add_argument("--batch-size", type=int, default=256, help="trees per batch (256)")
+    a = ap.parse_args(argv)
+    run_ensemble(a.dirs, a.split, a.out, a.batch_size)
+    return 0
+
+
 def _data(argv: list[str]) -> int:
     from foldexp.data.cli import main as data_main
 
@@ -98,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         "demo": _demo,
         "data": _data,
         "report": _report,
+        "ensemble": _ensemble,
         "train": _hydra_app("train", "foldexp.train.app"),
         "bench": _hydra_app("bench", "foldexp.bench.app"),
     }

@@ -133,6 +133,9 @@ class TreeLSTMModelConfig:
     embedding_optimizer: EmbeddingOptimizer | None = None
     recurrent_dropout: float = 0.0
     forget_bias: float = 0.0
+    word_dropout: float = 0.0
+    root_loss_weight: float = 0.0
+    leaf_context_size: int = 0
 
 
 @dataclass

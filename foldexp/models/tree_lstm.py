@@ -23,6 +23,8 @@ from foldexp.compiler.schedule import Plan
 from foldexp.executor.compiled import Compiler
 from foldexp.kernels import Linear
 from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf
+from foldexp.models.tree_context import LSTMStep, contextual_tree
+from foldexp.types import TensorType
 
 __all__ = [
     "binary_tree_lstm",
@@ -82,6 +84,33 @@ class _WordTreeLSTMCell(nn.Module):
         return torch.sigmoid(o) * torch.tanh(c), c
 
 
+class WordDropout(nn.Module):
+    """Replaces each word id by the unknown word's with probability ``p`` while training."""
+
+    def __init__(self, p: float, unk_index: int) -> None:
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"word_dropout={p}; expected 0 <= p < 1")
+        self.p, self.unk_index = p, unk_index
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return ids
+        drop = torch.rand(ids.shape, device=ids.device) < self.p
+        return ids.masked_fill(drop, self.unk_index)
+
+
+def _node(state: fb.Block, label: fb.Block) -> fb.Block:
+    """A node's state, recording it (``h``) and its label (``label``, from the Python node) as
+    metrics, so the loss reads every node."""
+    label = label >> fb.Scalar("int64") >> fb.Metric("label")
+    return (
+        fb.AllOf(state >> fb.AllOf(fb.Identity(), fb.GetItem(0) >> fb.Metric("h")), label)
+        >> fb.GetItem(0)
+        >> fb.GetItem(0)
+    )
+
+
 @dataclass
 class TreeBatch:
     """A collated batch: the schedule (built off the main process) and the root labels."""
@@ -136,6 +165,9 @@ class TreeLSTMClassifier(nn.Module):
         embeddings: np.ndarray | None = None,
         predict_classes: int | None = None,
         polarity: tuple[list[int], list[int]] | None = None,
+        word_dropout: float = 0.0,
+        root_loss_weight: float = 0.0,
+        leaf_context_size: int = 0,
         name: str = "tree_lstm",
     ) -> None:
         super().__init__()
@@ -153,39 +185,53 @@ class TreeLSTMClassifier(nn.Module):
             trainable=not (freeze_embeddings and embeddings is not None),
         )
         index = vocab.index
+        word_id = fb.InputTransform(lambda node: index(node.word)) >> fb.Scalar("int64")
+        if word_dropout:
+            # A declared type: probing the module for it would draw from the RNG.
+            word_id = word_id >> fb.Function(
+                WordDropout(word_dropout, vocab.unk_index), output_type=TensorType((), "int64")
+            )
         word = (
-            fb.InputTransform(lambda node: index(node.word))
-            >> fb.Scalar("int64")
+            word_id
             >> fb.Function(embedding)
             >> fb.Function(nn.Dropout(dropout if embedding_dropout is None else embedding_dropout))
         )
-        tree = fb.ForwardDeclaration(name="tree")
-        children = fb.InputTransform(lambda node: node.children) >> fb.Record((tree(), tree()))
-        if internal_words:
-            internal = fb.AllOf(word, children) >> fb.Function(
-                _WordTreeLSTMCell(embed_size, hidden_size)
-            )
-        else:
+        leaf_input = 2 * leaf_context_size or embed_size
+        if leaf_context_size:
+            if internal_words:
+                raise ValueError("leaf_context_size: not available with internal_words")
             cell = BinaryTreeLSTMCell(hidden_size, recurrent_dropout, forget_bias)
-            internal = children >> fb.Function(cell)
-        leaf = word >> fb.Function(TreeLSTMLeaf(embed_size, hidden_size, recurrent_dropout))
-        state = fb.OneOf(lambda node: len(node.children), {0: leaf, 2: internal})
-        label = (
-            fb.InputTransform(lambda node: node.label) >> fb.Scalar("int64") >> fb.Metric("label")
-        )
-        node = (
-            fb.AllOf(state >> fb.AllOf(fb.Identity(), fb.GetItem(0) >> fb.Metric("h")), label)
-            >> fb.GetItem(0)
-            >> fb.GetItem(0)
-        )
-        tree.resolve_to(node)
+            leaf_cell = TreeLSTMLeaf(leaf_input, hidden_size, recurrent_dropout)
+            # Kept outside the module registry (a tuple): the blocks already own them.
+            self.leaf_context_steps = (
+                LSTMStep(embed_size, leaf_context_size),
+                LSTMStep(embed_size, leaf_context_size),
+            )
+            root = contextual_tree(word, self.leaf_context_steps, leaf_cell, cell, _node)
+        else:
+            tree = fb.ForwardDeclaration(name="tree")
+            children = fb.InputTransform(lambda node: node.children) >> fb.Record((tree(), tree()))
+            if internal_words:
+                internal = fb.AllOf(word, children) >> fb.Function(
+                    _WordTreeLSTMCell(embed_size, hidden_size)
+                )
+            else:
+                cell = BinaryTreeLSTMCell(hidden_size, recurrent_dropout, forget_bias)
+                internal = children >> fb.Function(cell)
+            leaf = word >> fb.Function(TreeLSTMLeaf(leaf_input, hidden_size, recurrent_dropout))
+            state = fb.OneOf(lambda node: len(node.children), {0: leaf, 2: internal})
+            tree.resolve_to(_node(state, fb.InputTransform(lambda node: node.label)))
+            root = tree()
         # Trees are immutable and recur every epoch: trace each once, re-batch it afterwards.
-        self.compiler = Compiler(tree() >> fb.GetItem(0), cache_traces=True)
+        self.compiler = Compiler(root >> fb.GetItem(0), cache_traces=True)
         self.dropout = nn.Dropout(dropout)
         self.classify = Linear(hidden_size, num_classes)
         self.embedding = embedding
         self.embedding_lr, self.embedding_weight_decay = embedding_lr, embedding_weight_decay
         self.embedding_optimizer = embedding_optimizer
+        if root_loss_weight < 0:
+            raise ValueError(f"root_loss_weight={root_loss_weight}; expected >= 0")
+        self.root_loss_weight = root_loss_weight
 
     def param_groups(self) -> list[dict[str, Any]]:
         """The word table apart from the rest, so it can learn at its own rate (Tai et al. 2015
@@ -220,31 +266,54 @@ class TreeLSTMClassifier(nn.Module):
         root_mask = root_labels >= 0
         if self.node_loss:
             loss = F.cross_entropy(node_logits[mask], node_labels[mask], reduction="sum")
+            if self.root_loss_weight and bool(root_mask.any()):
+                loss = loss + self.root_loss_weight * F.cross_entropy(
+                    root_logits[root_mask], root_labels[root_mask], reduction="sum"
+                )
             loss = loss / max(1, batch.size)
         else:
             loss = F.cross_entropy(root_logits[root_mask], root_labels[root_mask])
-        # Classes past predict_classes are trained (they shape the states) but never predicted.
-        scored = self.predict_classes
-        root_pred = root_logits[:, :scored].argmax(1)
-        node_pred = node_logits[:, :scored].argmax(1)
-        root_scored = root_mask & (root_labels < scored)
-        node_scored = mask & (node_labels < scored)
-        stats = {
-            "loss": loss,
-            "root_correct": (root_pred == root_labels)[root_scored].sum(),
-            "root_count": root_scored.sum(),
-            "node_correct": (node_pred == node_labels)[node_scored].sum(),
-            "node_count": node_scored.sum(),
-        }
-        if self.polarity is not None:
-            stats.update(self._polar_hits("root", root_logits, root_labels))
-            stats.update(self._polar_hits("node", node_logits, node_labels))
+        stats = {"loss": loss}
+        stats.update(self._hits("root", root_logits, root_labels))
+        stats.update(self._hits("node", node_logits, node_labels))
         return stats
 
-    def _polar_hits(self, where: str, logits: torch.Tensor, labels: torch.Tensor) -> dict:
+    def root_probabilities(self, batch: TreeBatch) -> torch.Tensor:
+        """Class probabilities at each tree's root, one row per tree (``foldexp ensemble``
+        averages them over models)."""
+        return self.classify(self.dropout(self.compiler.run(batch.plan))).softmax(1)
+
+    def score_roots(self, probs: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Summed root hits and counts of class probabilities (``summarize`` turns them into
+        ``accuracy`` and, with a ``polarity``, ``binary_accuracy``)."""
+        return self._hits("root", probs, labels, probs=probs)
+
+    def _hits(
+        self,
+        where: str,
+        scores: torch.Tensor,
+        labels: torch.Tensor,
+        probs: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Correct predictions and counts over labelled nodes; ``scores`` are logits or
+        probabilities (the argmax is the same), ``probs`` the probabilities (default: the
+        softmax of ``scores``) for the binary hits."""
+        # Classes past predict_classes are trained (they shape the states) but never predicted.
+        scored = self.predict_classes
+        pred = scores[:, :scored].argmax(1)
+        counted = (labels >= 0) & (labels < scored)
+        hits = {
+            f"{where}_correct": (pred == labels)[counted].sum(),
+            f"{where}_count": counted.sum(),
+        }
+        if self.polarity is not None:
+            probs = scores.detach().softmax(1) if probs is None else probs
+            hits.update(self._polar_hits(where, probs, labels))
+        return hits
+
+    def _polar_hits(self, where: str, probs: torch.Tensor, labels: torch.Tensor) -> dict:
         """Binary hits of a graded classifier over the nodes labelled negative or positive."""
-        negative, positive = (torch.tensor(g, device=logits.device) for g in self.polarity)
-        probs = logits.detach().softmax(1)
+        negative, positive = (torch.tensor(g, device=probs.device) for g in self.polarity)
         says_positive = probs[:, positive].sum(1) > probs[:, negative].sum(1)
         is_positive = torch.isin(labels, positive)
         polar = is_positive | torch.isin(labels, negative)
@@ -255,19 +324,20 @@ class TreeLSTMClassifier(nn.Module):
 
     @staticmethod
     def summarize(sums: dict[str, float]) -> dict[str, float]:
-        """Metrics from summed statistics: accuracy at the root and over all labelled nodes,
-        and their binary forms when the model has a ``polarity``."""
-        metrics = {
-            "accuracy": sums["root_correct"] / max(1.0, sums["root_count"]),
-            "node_accuracy": sums["node_correct"] / max(1.0, sums["node_count"]),
-        }
+        """Metrics from summed statistics: accuracy at the root and over all labelled nodes
+        (when ``sums`` has node counts; ``score_roots`` gives roots only), and their binary
+        forms when the model has a ``polarity``."""
+
+        def ratio(hits: str, count: str) -> float:
+            return sums[hits] / max(1.0, sums[count])
+
+        metrics = {"accuracy": ratio("root_correct", "root_count")}
+        if "node_count" in sums:
+            metrics["node_accuracy"] = ratio("node_correct", "node_count")
         if "root_binary_count" in sums:
-            metrics["binary_accuracy"] = sums["root_binary_correct"] / max(
-                1.0, sums["root_binary_count"]
-            )
-            metrics["binary_node_accuracy"] = sums["node_binary_correct"] / max(
-                1.0, sums["node_binary_count"]
-            )
+            metrics["binary_accuracy"] = ratio("root_binary_correct", "root_binary_count")
+        if "node_binary_count" in sums:
+            metrics["binary_node_accuracy"] = ratio("node_binary_correct", "node_binary_count")
         return metrics
 
 

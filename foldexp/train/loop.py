@@ -74,11 +74,18 @@ def _check_choice(value: Any, choices: tuple[str, ...], key: str) -> str:
     return value
 
 
-def _check_dropouts(model_cfg: Any) -> None:
-    """Every ``model.*dropout`` is a probability; fails before the data is loaded."""
+# Model keys that may not be negative (0 turns the feature off).
+_NON_NEGATIVE = ("root_loss_weight", "leaf_context_size")
+
+
+def _check_model_values(model_cfg: Any) -> None:
+    """Every ``model.*dropout`` is a probability and the ``_NON_NEGATIVE`` keys are >= 0;
+    fails before the data is loaded."""
     for key, value in model_cfg.items():
         if str(key).endswith("dropout") and value is not None and not 0.0 <= value < 1.0:
             raise ValueError(f"model.{key}={value}; expected a probability 0 <= p < 1")
+        if key in _NON_NEGATIVE and value < 0:
+            raise ValueError(f"model.{key}={value}; expected >= 0 (0: off)")
 
 
 def run_train(cfg: DictConfig) -> dict[str, Any]:
@@ -93,7 +100,7 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     _check_choice(tc.balance, BALANCE_MODES, "trainer.balance")
     if not 0.0 <= tc.ema_decay < 1.0:
         raise ValueError(f"trainer.ema_decay={tc.ema_decay}; expected 0 <= decay < 1 (0: off)")
-    _check_dropouts(cfg.model)
+    _check_model_values(cfg.model)
     dd.export_submitit_env()  # a submitit job of several tasks: they are the ranks
     world = dd.launched_world_size()
     if world > 1 and strategy != "ddp":

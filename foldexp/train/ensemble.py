@@ -1,0 +1,171 @@
+"""``foldexp ensemble DIR``: the runs of a sweep as one model, by averaging their predictions.
+
+The Fold paper reports its SST Tree-LSTM both as a single model (mean and std over 30 runs) and
+as the ensemble of those 30 runs (Looks et al. 2017, Table 2: 52.3 → 53.6 fine-grained). This
+module does the second: it finds every run under the given folders (``results.json`` beside
+``checkpoints/best.pt``), rebuilds each run's model from the resolved config in its
+``results.json``, loads its best weights, and averages the class probabilities at every root
+of a split. The ensemble is scored by the models' own rules (``score_roots``: the argmax over
+the predicted classes, binary accuracy by summed polarity), and so is each member, so the table
+puts the members, their mean and the ensemble side by side, with the ensemble of the first
+``k`` members for every ``k``.
+
+Every member is rebuilt with its own dataset config (vocabulary, vectors), and all of them must
+give the same examples of the split, in the same order: an ensemble of runs scored on different
+splits (a molecule split follows the run's seed) would mean nothing, and is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra.utils import instantiate
+
+from foldexp.train.artifacts import write_json, write_text
+from foldexp.train.checkpoint import load_checkpoint
+
+__all__ = ["find_runs", "run_ensemble"]
+
+SPLITS = ("train", "dev", "test")
+
+
+def find_runs(dirs: Sequence[str | Path]) -> list[Path]:
+    """Run folders under ``dirs`` (those holding ``results.json``), sorted by seed then path."""
+    runs: list[Path] = []
+    for d in map(Path, dirs):
+        if not d.exists():
+            raise FileNotFoundError(f"foldexp ensemble: {d} does not exist")
+        runs.extend(p.parent for p in sorted(d.rglob("results.json")))
+    if not runs:
+        raise FileNotFoundError(
+            f"foldexp ensemble: no results.json under {', '.join(map(str, dirs))}"
+        )
+    for run in runs:
+        if not (run / "checkpoints" / "best.pt").exists():
+            raise FileNotFoundError(
+                f"foldexp ensemble: {run} has results.json but no checkpoints/best.pt"
+            )
+    seeds = {run: json.loads((run / "results.json").read_text()).get("seed", 0) for run in runs}
+    return sorted(set(runs), key=lambda run: (seeds[run], str(run)))
+
+
+def _config(run: Path) -> dict[str, Any]:
+    config = json.loads((run / "results.json").read_text()).get("config")
+    if not isinstance(config, dict) or "dataset" not in config or "model" not in config:
+        raise ValueError(f"foldexp ensemble: {run / 'results.json'} has no resolved config")
+    return config
+
+
+def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def _member_probabilities(
+    run: Path, config: dict[str, Any], bundle: Any, examples: list[Any], batch_size: int
+) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """The run's model with its best weights, its root probabilities and the root labels."""
+    model = instantiate(config["model"], **bundle.info, _convert_="all")
+    if not hasattr(model, "root_probabilities"):
+        raise TypeError(
+            f"foldexp ensemble: {run}: {type(model).__name__} has no root_probabilities(batch); "
+            "only classifiers that give class probabilities can be ensembled"
+        )
+    load_checkpoint(run / "checkpoints" / "best.pt", model, restore_rng=False)
+    model.eval()
+    probs, labels = [], []
+    with torch.no_grad():
+        for start in range(0, len(examples), batch_size):
+            batch = model.collate(examples[start : start + batch_size])
+            probs.append(model.root_probabilities(batch).float())
+            labels.append(batch.root_labels)
+    return model, torch.cat(probs), torch.cat(labels)
+
+
+def _score(model: Any, probs: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
+    sums = {k: float(v) for k, v in model.score_roots(probs, labels).items()}
+    return model.summarize(sums)
+
+
+def run_ensemble(
+    dirs: Sequence[str | Path],
+    split: str = "test",
+    out_dir: str | Path | None = None,
+    batch_size: int = 256,
+) -> dict[str, Any]:
+    """Scores the average of the runs' root probabilities on ``split``; writes
+    ``ensemble.json`` and ``ensemble.md`` into ``out_dir`` (default: the first folder)."""
+    if split not in SPLITS:
+        raise ValueError(
+            f"foldexp ensemble: --split {split!r}; expected one of {', '.join(SPLITS)}"
+        )
+    runs = find_runs(dirs)
+    configs = [_config(run) for run in runs]
+    bundles: dict[str, Any] = {}  # one per distinct dataset config
+    examples: list[Any] | None = None
+    for run, config in zip(runs, configs):
+        key = json.dumps(config["dataset"], sort_keys=True)
+        if key in bundles:
+            continue
+        bundles[key] = bundle = instantiate(config["dataset"], _convert_="all")
+        split_examples = list(getattr(bundle, split))
+        if examples is None:
+            examples = split_examples
+        elif split_examples != examples:
+            keys = ", ".join(
+                f"dataset.{k}" for k in _differences(config["dataset"], configs[0]["dataset"])
+            )
+            raise ValueError(
+                f"foldexp ensemble: the {split} examples of {run} differ from those of "
+                f"{runs[0]} (their configs differ in {keys}); the members of an ensemble must "
+                "score the same examples"
+            )
+    members, total, first_labels = [], None, None
+    by_size = []
+    for k, (run, config) in enumerate(zip(runs, configs), start=1):
+        bundle = bundles[json.dumps(config["dataset"], sort_keys=True)]
+        model, probs, labels = _member_probabilities(run, config, bundle, examples, batch_size)
+        if total is None:
+            total, first_labels = probs, labels
+        else:
+            assert torch.equal(labels, first_labels), f"{run}: the split's labels changed order"
+            total = total + probs
+        members.append(
+            {"run": str(run), "seed": config.get("seed"), **_score(model, probs, labels)}
+        )
+        by_size.append({"members": k, **_score(model, total / k, labels)})
+    metrics = [m for m in by_size[-1] if m != "members"]
+    mean = {m: statistics.fmean(member[m] for member in members) for m in metrics}
+    result = {
+        "split": split,
+        "members": members,
+        "mean_member": mean,
+        "ensemble": {m: by_size[-1][m] for m in metrics},
+        "by_size": by_size,
+    }
+    out = Path(out_dir) if out_dir is not None else Path(dirs[0])
+    write_json(out / "ensemble.json", result)
+    write_text(out / "ensemble.md", _markdown(result, metrics))
+    print(_markdown(result, metrics))
+    return result
+
+
+def _markdown(result: dict[str, Any], metrics: list[str]) -> str:
+    split = result["split"]
+    head = "| | " + " | ".join(f"{split}_{m}" for m in metrics) + " |"
+    rule = "|---|" + "---|" * len(metrics)
+
+    def row(name: str, values: dict[str, float]) -> str:
+        return f"| {name} | " + " | ".join(f"{100 * values[m]:.2f}" for m in metrics) + " |"
+
+    lines = [f"# Ensemble of {len(result['members'])} runs ({split}, %)", "", head, rule]
+    lines += [row(f"seed {m['seed']} ({m['run']})", m) for m in result["members"]]
+    lines += [row("mean of the members", result["mean_member"])]
+    lines += [row(f"**ensemble of {len(result['members'])}**", result["ensemble"]), ""]
+    lines += ["Ensemble of the first k members:", "", "| k | " + head[4:], rule]
+    lines += [row(str(s["members"]), s) for s in result["by_size"]]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,121 @@
+"""Tree-LSTM training options: word dropout (``model.word_dropout``), an extra weight on the root's
+loss (``model.root_loss_weight``) and the leaf LSTM (``model.leaf_context_size``) through
+``foldexp train``; bad values fail before any data is read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from foldexp.data.sst import load_sst
+from foldexp.data.vocab import Vocabulary
+from foldexp.models.tree_lstm import TreeLSTMClassifier, WordDropout
+from foldexp.train.app import compose_config
+from foldexp.train.loop import run_train
+
+TREES = [
+    "(3 (2 It) (4 (2 is) (4 good)))",
+    "(2 (2 An) (2 (2 average) (2 film)))",
+    "(0 (1 (2 Truly) (0 awful)) (2 .))",
+    "(4 (3 (2 A) (4 gem)) (2 !))",
+]
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    (tmp_path / "sst").mkdir()
+    for split in ("train", "dev", "test"):
+        (tmp_path / "sst" / f"{split}.txt").write_text("\n".join(TREES) + "\n")
+    return tmp_path
+
+
+def test_word_dropout_replaces_words_by_unk_while_training_only() -> None:
+    torch.manual_seed(0)
+    drop = WordDropout(0.3, unk_index=0)
+    ids = torch.arange(1, 20001)
+    out = drop(ids)
+    dropped = out != ids
+    assert (out[dropped] == 0).all()  # a dropped word becomes <unk>, nothing else
+    assert 0.28 < dropped.float().mean().item() < 0.32
+    drop.eval()
+    assert torch.equal(drop(ids), ids)
+    with pytest.raises(ValueError, match="word_dropout=1.0"):
+        WordDropout(1.0, 0)
+
+
+def _model(trees: list, **kw) -> TreeLSTMClassifier:
+    torch.manual_seed(0)
+    return TreeLSTMClassifier(Vocabulary.from_trees(trees), 5, 6, 7, **kw)
+
+
+def test_word_dropout_leaves_evaluation_unchanged(data_dir: Path) -> None:
+    trees = load_sst("train", data_dir)
+    plain, dropping = _model(trees).eval(), _model(trees, word_dropout=0.5).eval()
+    torch.testing.assert_close(
+        dropping(dropping.collate(trees))["loss"], plain(plain.collate(trees))["loss"]
+    )
+    dropping.train()
+    torch.manual_seed(1)
+    assert dropping(dropping.collate(trees))["loss"] != plain(plain.collate(trees))["loss"]
+
+
+def test_root_loss_weight_adds_the_roots_cross_entropy(data_dir: Path) -> None:
+    trees = load_sst("train", data_dir)
+    model = _model(trees, root_loss_weight=2.0).eval()
+    with torch.no_grad():  # every node gets the same logits
+        model.classify.weight.zero_()
+        model.classify.bias.copy_(torch.tensor([0.5, -1.0, 0.0, 2.0, 1.0]))
+    out = model(model.collate(trees))
+    nodes = torch.tensor([label for t in trees for label in t.labels()])
+    roots = torch.tensor([t.label for t in trees])
+    logits = model.classify.bias.detach()
+    node_ce = F.cross_entropy(logits.expand(len(nodes), 5), nodes, reduction="sum")
+    root_ce = F.cross_entropy(logits.expand(len(roots), 5), roots, reduction="sum")
+    torch.testing.assert_close(out["loss"], (node_ce + 2.0 * root_ce) / len(trees))
+
+
+def _run(data_dir: Path, *extra: str) -> list[str]:
+    return [
+        "experiment=sst_treelstm",
+        f"paths.data_dir={data_dir}",
+        "model.hidden_size=8",
+        "trainer.epochs=2",
+        "trainer.batch_size=2",
+        "trainer.progress=false",
+        "trainer.plots=false",
+        *extra,
+    ]
+
+
+def test_train_with_every_option(data_dir: Path, tmp_path: Path) -> None:
+    overrides = _run(
+        data_dir,
+        "model.word_dropout=0.2",
+        "model.root_loss_weight=1.0",
+        "model.leaf_context_size=5",
+    )
+    results = run_train(compose_config(overrides, tmp_path / "run"))
+    assert 0.0 <= results["test_accuracy"] <= 1.0
+    state = torch.load(tmp_path / "run" / "checkpoints" / "best.pt", weights_only=True)["model"]
+    # Two LSTMs of 5 over the 50-d words, and leaves reading their 10-d concatenation.
+    lstm = [v for k, v in state.items() if k.endswith("cell.weight_ih")]
+    assert sorted(tuple(w.shape) for w in lstm) == [(20, 50), (20, 50)]
+    assert any(tuple(v.shape) == (24, 10) for k, v in state.items() if k.endswith("weight"))
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.word_dropout=1.0", "model.word_dropout=1.0; expected a probability"),
+        ("model.root_loss_weight=-1", "model.root_loss_weight=-1.0; expected >= 0"),
+        ("model.leaf_context_size=-2", "model.leaf_context_size=-2; expected >= 0"),
+    ],
+)
+def test_bad_values_fail_before_any_work(override: str, message: str, tmp_path: Path) -> None:
+    cfg = compose_config(["experiment=sst_treelstm", override], tmp_path)
+    cfg.paths.data_dir = str(tmp_path / "no_data_here")  # reading data would fail otherwise
+    with pytest.raises(ValueError, match=message):
+        run_train(cfg)
