@@ -14,6 +14,44 @@ from foldexp.train.loop import run_train
 
 _VOLATILE = {"train_seconds", "config"}
 
+# A five-sentence treebank in PTB form: every label 0-4 occurs, one root is neutral.
+SST_TREES = [
+    "(3 (2 It) (4 (2 is) (4 good)))",
+    "(2 (2 An) (2 (2 average) (2 film)))",
+    "(0 (1 (2 Truly) (0 awful)) (2 .))",
+    "(4 (3 (2 A) (4 gem)) (2 !))",
+    "(1 (2 Not) (1 (2 quite) (3 right)))",
+]
+
+
+@pytest.fixture
+def sst_data_dir(tmp_path: Path) -> Path:
+    """A data folder whose ``sst/`` train, dev and test splits are all ``SST_TREES``."""
+    root = tmp_path / "data"
+    (root / "sst").mkdir(parents=True)
+    for split in ("train", "dev", "test"):
+        (root / "sst" / f"{split}.txt").write_text("\n".join(SST_TREES) + "\n")
+    return root
+
+
+@pytest.fixture
+def sst_overrides(sst_data_dir: Path) -> Callable[..., list[str]]:
+    """``overrides(*extra)``: two quick epochs of ``sst_treelstm`` on ``sst_data_dir``."""
+
+    def overrides(*extra: str) -> list[str]:
+        return [
+            "experiment=sst_treelstm",
+            f"paths.data_dir={sst_data_dir}",
+            "model.hidden_size=8",
+            "trainer.epochs=2",
+            "trainer.batch_size=2",
+            "trainer.progress=false",
+            "trainer.plots=false",
+            *extra,
+        ]
+
+    return overrides
+
 
 @pytest.fixture
 def tiny() -> list[str]:

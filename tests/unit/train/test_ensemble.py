@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,44 +20,15 @@ from foldexp.train.app import compose_config
 from foldexp.train.ensemble import run_ensemble
 from foldexp.train.loop import run_train
 
-TREES = [
-    "(3 (2 It) (4 (2 is) (4 good)))",
-    "(2 (2 An) (2 (2 average) (2 film)))",
-    "(0 (1 (2 Truly) (0 awful)) (2 .))",
-    "(4 (3 (2 A) (4 gem)) (2 !))",
-    "(1 (2 Not) (1 (2 quite) (3 right)))",
-    "(3 (2 (2 Well) (3 made)) (2 .))",
-]
+
+def _train(overrides: Callable[..., list[str]], out: Path, seed: int, *extra: str) -> dict:
+    return run_train(compose_config(overrides(f"seed={seed}", *extra), out))
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    root = tmp_path / "data"
-    (root / "sst").mkdir(parents=True)
-    for split in ("train", "dev", "test"):
-        (root / "sst" / f"{split}.txt").write_text("\n".join(TREES) + "\n")
-    return root
-
-
-def _train(data_dir: Path, out: Path, seed: int, *extra: str) -> dict:
-    overrides = [
-        "experiment=sst_treelstm",
-        f"paths.data_dir={data_dir}",
-        f"seed={seed}",
-        "model.hidden_size=8",
-        "trainer.epochs=2",
-        "trainer.batch_size=2",
-        "trainer.progress=false",
-        "trainer.plots=false",
-        *extra,
-    ]
-    return run_train(compose_config(overrides, out))
-
-
-@pytest.fixture
-def sweep(data_dir: Path, tmp_path: Path) -> Path:
+def sweep(sst_overrides, tmp_path: Path) -> Path:
     for seed in (1, 2, 3):
-        _train(data_dir, tmp_path / "sweep" / str(seed - 1), seed)
+        _train(sst_overrides, tmp_path / "sweep" / str(seed - 1), seed)
     return tmp_path / "sweep"
 
 
@@ -84,8 +56,8 @@ def test_an_ensemble_of_copies_is_the_model_itself(sweep: Path, tmp_path: Path) 
         assert size["accuracy"] == pytest.approx(single["accuracy"], abs=1e-12)
 
 
-def test_score_roots_takes_the_argmax_and_sums_polar_probabilities(data_dir: Path) -> None:
-    trees = load_sst("train", data_dir)
+def test_score_roots_takes_the_argmax_and_sums_polar_probabilities(sst_data_dir: Path) -> None:
+    trees = load_sst("train", sst_data_dir)
     model = TreeLSTMClassifier(
         Vocabulary.from_trees(trees), 5, 4, 4, polarity=([0, 1], [3, 4])
     ).eval()
@@ -107,8 +79,8 @@ def test_score_roots_takes_the_argmax_and_sums_polar_probabilities(data_dir: Pat
     assert model.summarize(sums) == {"accuracy": 2 / 3, "binary_accuracy": 0.5}
 
 
-def test_runs_scored_on_other_examples_are_refused(sweep: Path, data_dir: Path) -> None:
-    _train(data_dir, sweep / "binary", 4, "dataset.view=binary")
+def test_runs_scored_on_other_examples_are_refused(sweep: Path, sst_overrides) -> None:
+    _train(sst_overrides, sweep / "binary", 4, "dataset.view=binary")
     with pytest.raises(ValueError, match=r"test examples of .*binary differ.*dataset.view"):
         run_ensemble([sweep])
 

@@ -19,46 +19,16 @@ from foldexp.models.tree_lstm import TreeLSTMClassifier
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
 
-TREES = [
-    "(3 (2 It) (4 (2 is) (4 good)))",
-    "(2 (2 An) (2 (2 average) (2 film)))",
-    "(0 (1 (2 Truly) (0 awful)) (2 .))",
-    "(4 (3 (2 A) (4 gem)) (2 !))",
-    "(1 (2 Not) (1 (2 quite) (3 right)))",
-]
 
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    (tmp_path / "sst").mkdir()
-    for split in ("train", "dev", "test"):
-        (tmp_path / "sst" / f"{split}.txt").write_text("\n".join(TREES) + "\n")
-    return tmp_path
-
-
-def _run(data_dir: Path, *extra: str) -> list[str]:
-    """Overrides for two quick epochs of ``sst_treelstm`` on the hand-written treebank."""
-    return [
-        "experiment=sst_treelstm",
-        f"paths.data_dir={data_dir}",
-        "model.hidden_size=8",
-        "trainer.epochs=2",
-        "trainer.batch_size=2",
-        "trainer.progress=false",
-        "trainer.plots=false",
-        *extra,
-    ]
-
-
-def test_binary_view_keeps_neutral_nodes_as_a_third_class(data_dir: Path) -> None:
-    plain = load_sst("train", data_dir, view="binary")
-    kept = load_sst("train", data_dir, view="binary", neutral_nodes=True)
+def test_binary_view_keeps_neutral_nodes_as_a_third_class(sst_data_dir: Path) -> None:
+    plain = load_sst("train", sst_data_dir, view="binary")
+    kept = load_sst("train", sst_data_dir, view="binary", neutral_nodes=True)
     assert [t.label for t in kept] == [t.label for t in plain] == [1, 0, 1, 0]  # neutral root gone
     assert plain[0].labels() == [NO_LABEL, NO_LABEL, 1, 1, 1]
     assert kept[0].labels() == [NEUTRAL, NEUTRAL, 1, 1, 1]
     assert kept[3].labels() == [NEUTRAL, NEUTRAL, 1, 0, 0]  # "Not quite right"
-    fine = load_sst("train", data_dir)
-    assert load_sst("train", data_dir, neutral_nodes=True) == fine  # five classes either way
+    fine = load_sst("train", sst_data_dir)
+    assert load_sst("train", sst_data_dir, neutral_nodes=True) == fine  # five classes either way
 
 
 def _model(trees: list) -> TreeLSTMClassifier:
@@ -67,8 +37,8 @@ def _model(trees: list) -> TreeLSTMClassifier:
     return TreeLSTMClassifier(vocab, num_classes=3, predict_classes=2, hidden_size=8).eval()
 
 
-def test_neutral_is_trained_but_never_predicted_or_scored(data_dir: Path) -> None:
-    trees = load_sst("train", data_dir, view="binary", neutral_nodes=True)
+def test_neutral_is_trained_but_never_predicted_or_scored(sst_data_dir: Path) -> None:
+    trees = load_sst("train", sst_data_dir, view="binary", neutral_nodes=True)
     model = _model(trees)
     with torch.no_grad():  # neutral dominates every logit, negative beats positive
         model.classify.weight.zero_()
@@ -86,23 +56,23 @@ def test_neutral_is_trained_but_never_predicted_or_scored(data_dir: Path) -> Non
     torch.testing.assert_close(out["loss"], expected)
 
 
-def test_predict_classes_must_fit_the_classes(data_dir: Path) -> None:
-    vocab = Vocabulary.from_trees(load_sst("train", data_dir))
+def test_predict_classes_must_fit_the_classes(sst_data_dir: Path) -> None:
+    vocab = Vocabulary.from_trees(load_sst("train", sst_data_dir))
     with pytest.raises(ValueError, match="predict_classes=4; expected 2..3"):
         TreeLSTMClassifier(vocab, num_classes=3, predict_classes=4)
 
 
-def test_bundle_classes_follow_the_view(data_dir: Path) -> None:
+def test_bundle_classes_follow_the_view(sst_data_dir: Path) -> None:
     from foldexp.train.datasets import sst
 
-    assert sst(str(data_dir), view="fine", neutral_nodes=True).info["num_classes"] == 5
-    binary = sst(str(data_dir), view="binary", neutral_nodes=True).info
+    assert sst(str(sst_data_dir), view="fine", neutral_nodes=True).info["num_classes"] == 5
+    binary = sst(str(sst_data_dir), view="binary", neutral_nodes=True).info
     assert (binary["num_classes"], binary["predict_classes"], binary["polarity"]) == (3, 2, None)
-    assert sst(str(data_dir), view="binary").info["num_classes"] == 2
+    assert sst(str(sst_data_dir), view="binary").info["num_classes"] == 2
 
 
-def test_binary_run_with_neutral_nodes_trains_three_classes(data_dir: Path, tmp_path: Path) -> None:
-    overrides = _run(data_dir, "dataset.view=binary", "dataset.neutral_nodes=true")
+def test_binary_run_with_neutral_nodes_trains_three_classes(sst_overrides, tmp_path: Path) -> None:
+    overrides = sst_overrides("dataset.view=binary", "dataset.neutral_nodes=true")
     results = run_train(compose_config(overrides, tmp_path))
     assert 0.0 <= results["test_accuracy"] <= 1.0
     state = torch.load(tmp_path / "checkpoints" / "best.pt", weights_only=True)["model"]
@@ -119,8 +89,8 @@ def _fine_model(trees: list, bias: list[float], polarity=([0, 1], [3, 4])) -> Tr
     return model
 
 
-def test_fine_model_scores_binary_by_summed_probabilities(data_dir: Path) -> None:
-    trees = load_sst("train", data_dir)
+def test_fine_model_scores_binary_by_summed_probabilities(sst_data_dir: Path) -> None:
+    trees = load_sst("train", sst_data_dir)
     # Class 0 is the single most likely, yet 3 + 4 outweigh 0 + 1: every node says positive.
     model = _fine_model(trees, [1.0, -5.0, 0.9, 0.8, 0.8])
     out = model(model.collate(trees))
@@ -138,8 +108,8 @@ def test_fine_model_scores_binary_by_summed_probabilities(data_dir: Path) -> Non
     )
 
 
-def test_no_binary_metrics_without_polarity(data_dir: Path) -> None:
-    trees = load_sst("train", data_dir)
+def test_no_binary_metrics_without_polarity(sst_data_dir: Path) -> None:
+    trees = load_sst("train", sst_data_dir)
     model = _fine_model(trees, [0.0] * 5, polarity=None)
     out = model(model.collate(trees))
     assert "root_binary_count" not in out
@@ -153,13 +123,13 @@ def test_no_binary_metrics_without_polarity(data_dir: Path) -> None:
     "polarity, message",
     [(([0, 1], [1, 3]), "disjoint"), (([], [3]), "disjoint"), (([0], [5]), "0..4")],
 )
-def test_bad_polarity_fails(polarity, message: str, data_dir: Path) -> None:
+def test_bad_polarity_fails(polarity, message: str, sst_data_dir: Path) -> None:
     with pytest.raises(ValueError, match=message):
-        _fine_model(load_sst("train", data_dir), [0.0] * 5, polarity=polarity)
+        _fine_model(load_sst("train", sst_data_dir), [0.0] * 5, polarity=polarity)
 
 
-def test_fine_sst_run_reports_binary_accuracy(data_dir: Path, tmp_path: Path) -> None:
-    results = run_train(compose_config(_run(data_dir), tmp_path))
+def test_fine_sst_run_reports_binary_accuracy(sst_overrides, tmp_path: Path) -> None:
+    results = run_train(compose_config(sst_overrides(), tmp_path))
     assert 0.0 <= results["test_binary_accuracy"] <= 1.0
     epochs = pd.read_csv(tmp_path / "metrics.csv")
     assert epochs["dev_binary_accuracy"].between(0.0, 1.0).all()

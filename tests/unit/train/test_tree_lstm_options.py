@@ -16,21 +16,6 @@ from foldexp.models.tree_lstm import TreeLSTMClassifier, WordDropout
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
 
-TREES = [
-    "(3 (2 It) (4 (2 is) (4 good)))",
-    "(2 (2 An) (2 (2 average) (2 film)))",
-    "(0 (1 (2 Truly) (0 awful)) (2 .))",
-    "(4 (3 (2 A) (4 gem)) (2 !))",
-]
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    (tmp_path / "sst").mkdir()
-    for split in ("train", "dev", "test"):
-        (tmp_path / "sst" / f"{split}.txt").write_text("\n".join(TREES) + "\n")
-    return tmp_path
-
 
 def test_word_dropout_replaces_words_by_unk_while_training_only() -> None:
     torch.manual_seed(0)
@@ -51,8 +36,8 @@ def _model(trees: list, **kw) -> TreeLSTMClassifier:
     return TreeLSTMClassifier(Vocabulary.from_trees(trees), 5, 6, 7, **kw)
 
 
-def test_word_dropout_leaves_evaluation_unchanged(data_dir: Path) -> None:
-    trees = load_sst("train", data_dir)
+def test_word_dropout_leaves_evaluation_unchanged(sst_data_dir: Path) -> None:
+    trees = load_sst("train", sst_data_dir)
     plain, dropping = _model(trees).eval(), _model(trees, word_dropout=0.5).eval()
     torch.testing.assert_close(
         dropping(dropping.collate(trees))["loss"], plain(plain.collate(trees))["loss"]
@@ -62,8 +47,8 @@ def test_word_dropout_leaves_evaluation_unchanged(data_dir: Path) -> None:
     assert dropping(dropping.collate(trees))["loss"] != plain(plain.collate(trees))["loss"]
 
 
-def test_root_loss_weight_adds_the_roots_cross_entropy(data_dir: Path) -> None:
-    trees = load_sst("train", data_dir)
+def test_root_loss_weight_adds_the_roots_cross_entropy(sst_data_dir: Path) -> None:
+    trees = load_sst("train", sst_data_dir)
     model = _model(trees, root_loss_weight=2.0).eval()
     with torch.no_grad():  # every node gets the same logits
         model.classify.weight.zero_()
@@ -77,22 +62,8 @@ def test_root_loss_weight_adds_the_roots_cross_entropy(data_dir: Path) -> None:
     torch.testing.assert_close(out["loss"], (node_ce + 2.0 * root_ce) / len(trees))
 
 
-def _run(data_dir: Path, *extra: str) -> list[str]:
-    return [
-        "experiment=sst_treelstm",
-        f"paths.data_dir={data_dir}",
-        "model.hidden_size=8",
-        "trainer.epochs=2",
-        "trainer.batch_size=2",
-        "trainer.progress=false",
-        "trainer.plots=false",
-        *extra,
-    ]
-
-
-def test_train_with_every_option(data_dir: Path, tmp_path: Path) -> None:
-    overrides = _run(
-        data_dir,
+def test_train_with_every_option(sst_overrides, tmp_path: Path) -> None:
+    overrides = sst_overrides(
         "model.word_dropout=0.2",
         "model.root_loss_weight=1.0",
         "model.leaf_context_size=5",
