@@ -48,6 +48,11 @@ class SentenceBatch:
     labels: torch.Tensor
     size: int
 
+    @property
+    def root_labels(self) -> torch.Tensor:
+        """The sentence labels, by the name tree batches give them (``foldexp ensemble``)."""
+        return self.labels
+
 
 class SequenceLSTMClassifier(nn.Module):
     """LSTM over a sentence's words, classified from the last hidden state.
@@ -108,11 +113,16 @@ class SequenceLSTMClassifier(nn.Module):
         labels = batch.labels.to(logits.device)
         mask = labels >= 0
         loss = F.cross_entropy(logits[mask], labels[mask]) if mask.any() else logits.sum() * 0
-        return {
-            "loss": loss,
-            "correct": (logits.argmax(1) == labels)[mask].sum(),
-            "count": mask.sum(),
-        }
+        return {"loss": loss, **self.score_roots(logits, labels)}
+
+    def root_probabilities(self, batch: SentenceBatch) -> torch.Tensor:
+        """Class probabilities of each sentence (``foldexp ensemble`` averages them)."""
+        return self.logits(batch).softmax(1)
+
+    def score_roots(self, scores: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Correct and labelled counts of class scores (logits or probabilities)."""
+        mask = labels >= 0
+        return {"correct": (scores.argmax(1) == labels)[mask].sum(), "count": mask.sum()}
 
     @staticmethod
     def summarize(sums: dict[str, float]) -> dict[str, float]:

@@ -70,10 +70,11 @@ def _member_probabilities(
 ) -> tuple[Any, torch.Tensor, torch.Tensor]:
     """The run's model with its best weights, its root probabilities and the root labels."""
     model = instantiate(config["model"], **bundle.info, _convert_="all")
-    if not hasattr(model, "root_probabilities"):
+    if not (hasattr(model, "root_probabilities") and hasattr(model, "score_roots")):
         raise TypeError(
-            f"foldexp ensemble: {run}: {type(model).__name__} has no root_probabilities(batch); "
-            "only classifiers that give class probabilities can be ensembled"
+            f"foldexp ensemble: {run}: {type(model).__name__} has no root_probabilities(batch) "
+            "and score_roots(probs, labels); only classifiers that give class probabilities "
+            "can be ensembled"
         )
     load_checkpoint(run / "checkpoints" / "best.pt", model, restore_rng=False)
     model.eval()

@@ -97,3 +97,31 @@ def test_command_line(sweep: Path, tmp_path: Path) -> None:
     assert main(["ensemble", str(sweep), "--split", "dev", "--out", str(tmp_path / "out")]) == 0
     written = json.loads((tmp_path / "out" / "ensemble.json").read_text())
     assert written["split"] == "dev" and len(written["members"]) == 3
+
+
+def test_sequence_lstm_runs_ensemble_too(sst_overrides, tmp_path: Path) -> None:
+    sweep = tmp_path / "lstm"
+    for seed in (1, 2):
+        overrides = [o for o in sst_overrides() if not o.startswith("experiment=")]
+        run = sweep / str(seed)
+        run_train(compose_config(["experiment=sst_lstm", f"seed={seed}", *overrides], run))
+    result = run_ensemble([sweep])
+    for member, seed in zip(result["members"], (1, 2)):
+        run = json.loads((sweep / str(seed) / "results.json").read_text())
+        assert member["accuracy"] == pytest.approx(run["test_accuracy"], abs=1e-12)
+    assert set(result["ensemble"]) == {"accuracy"}
+
+
+def test_models_without_class_probabilities_are_refused(tmp_path: Path) -> None:
+    lengths = ["n_train=16", "n_dev=8", "n_test=8", "min_len=4", "max_len=6"]
+    overrides = [
+        "experiment=addition_attention",
+        "model.hidden_size=4",
+        "trainer.epochs=1",
+        "trainer.progress=false",
+        "trainer.plots=false",
+        *(f"dataset.{s}" for s in lengths),
+    ]
+    run_train(compose_config(overrides, tmp_path / "attention" / "0"))
+    with pytest.raises(TypeError, match=r"attention/0: .* has no root_probabilities"):
+        run_ensemble([tmp_path / "attention"])
