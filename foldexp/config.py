@@ -136,6 +136,7 @@ class TreeLSTMModelConfig:
     word_dropout: float = 0.0
     root_loss_weight: float = 0.0
     leaf_context_size: int = 0
+    static_vectors: bool = False
 
 
 @dataclass

@@ -168,6 +168,7 @@ class TreeLSTMClassifier(nn.Module):
         word_dropout: float = 0.0,
         root_loss_weight: float = 0.0,
         leaf_context_size: int = 0,
+        static_vectors: bool = False,
         name: str = "tree_lstm",
     ) -> None:
         super().__init__()
@@ -191,9 +192,18 @@ class TreeLSTMClassifier(nn.Module):
             word_id = word_id >> fb.Function(
                 WordDropout(word_dropout, vocab.unk_index), output_type=TensorType((), "int64")
             )
+        lookup: fb.Block = fb.Function(embedding)
+        if static_vectors:
+            if embeddings is None:
+                raise ValueError("static_vectors: needs pretrained vectors (dataset.word_vectors)")
+            # Kim (2014)'s two channels: words never seen in training (their vectors untuned)
+            # still agree with the trained ones on the fixed channel.
+            static = fb.Embedding(initializer=embeddings, trainable=False)
+            lookup = fb.AllOf(lookup, fb.Function(static)) >> fb.Concat()
+            embed_size *= 2
         word = (
             word_id
-            >> fb.Function(embedding)
+            >> lookup
             >> fb.Function(nn.Dropout(dropout if embedding_dropout is None else embedding_dropout))
         )
         leaf_input = 2 * leaf_context_size or embed_size

@@ -1,18 +1,23 @@
 """Tree-LSTM training options: word dropout (``model.word_dropout``), an extra weight on the root's
-loss (``model.root_loss_weight``) and the leaf LSTM (``model.leaf_context_size``) through
-``foldexp train``; bad values fail before any data is read."""
+loss (``model.root_loss_weight``), the leaf LSTM (``model.leaf_context_size``) through
+``foldexp train``, and a frozen second channel of the pretrained vectors
+(``model.static_vectors``); bad values fail before any data is read."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+import foldexp.blocks as fb
 from foldexp.data.sst import load_sst
 from foldexp.data.vocab import Vocabulary
+from foldexp.models.cells import TreeLSTMLeaf
 from foldexp.models.tree_lstm import TreeLSTMClassifier, WordDropout
+from foldexp.testing import check_block
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
 
@@ -90,3 +95,25 @@ def test_bad_values_fail_before_any_work(override: str, message: str, tmp_path: 
     cfg.paths.data_dir = str(tmp_path / "no_data_here")  # reading data would fail otherwise
     with pytest.raises(ValueError, match=message):
         run_train(cfg)
+
+
+def test_static_vectors_add_a_frozen_channel(sst_data_dir: Path) -> None:
+    trees = load_sst("train", sst_data_dir)
+    vocab = Vocabulary.from_trees(trees)
+    vectors = np.random.default_rng(0).normal(size=(len(vocab), 3)).astype(np.float32)
+    torch.manual_seed(0)
+    model = TreeLSTMClassifier(vocab, 5, hidden_size=4, embeddings=vectors, static_vectors=True)
+    (leaf,) = [m for m in model.modules() if isinstance(m, TreeLSTMLeaf)]
+    assert leaf.gates.in_features == 6  # tuned 3 + fixed 3
+    tables = [m for m in model.modules() if isinstance(m, fb.Embedding)]
+    frozen = [t for t in tables if not t.weight.requires_grad]
+    assert len(tables) == 2 and len(frozen) == 1
+    check_block(model.eval().compiler.root, trees)  # batched == eager, values and gradients
+    model.train()
+    optimizer = torch.optim.Adagrad([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    model(model.collate(trees))["loss"].backward()
+    optimizer.step()
+    torch.testing.assert_close(frozen[0].weight, torch.from_numpy(vectors))
+    assert not torch.allclose(model.embedding.weight, torch.from_numpy(vectors))
+    with pytest.raises(ValueError, match="static_vectors: needs pretrained vectors"):
+        TreeLSTMClassifier(vocab, 5, static_vectors=True)
