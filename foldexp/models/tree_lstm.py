@@ -111,6 +111,36 @@ def _node(state: fb.Block, label: fb.Block) -> fb.Block:
     )
 
 
+def _word_block(
+    vocab: Any,
+    embedding: fb.Embedding,
+    static: np.ndarray | None,
+    word_dropout: float,
+    dropout: float,
+) -> tuple[fb.Block, int]:
+    """A leaf node → its word vector, and the vector's size.
+
+    ``word_dropout`` swaps ids for ``<unk>`` while training; ``static`` (pretrained vectors)
+    adds a frozen second channel beside the tuned table; ``dropout`` acts on the vector.
+    """
+    index = vocab.index
+    word_id = fb.InputTransform(lambda node: index(node.word)) >> fb.Scalar("int64")
+    if word_dropout:
+        # A declared type: probing the module for it would draw from the RNG.
+        word_id = word_id >> fb.Function(
+            WordDropout(word_dropout, vocab.unk_index), output_type=TensorType((), "int64")
+        )
+    lookup: fb.Block = fb.Function(embedding)
+    size = embedding.weight.shape[1]
+    if static is not None:
+        # Kim (2014)'s two channels: words never seen in training (their vectors untuned)
+        # still agree with the trained ones on the fixed channel.
+        frozen = fb.Embedding(initializer=static, trainable=False)
+        lookup = fb.AllOf(lookup, fb.Function(frozen)) >> fb.Concat()
+        size *= 2
+    return word_id >> lookup >> fb.Function(nn.Dropout(dropout)), size
+
+
 @dataclass
 class TreeBatch:
     """A collated batch: the schedule (built off the main process) and the root labels."""
@@ -144,6 +174,11 @@ class TreeLSTMClassifier(nn.Module):
             view: ``([0, 1], [3, 4])``). Adds ``binary_accuracy`` and ``binary_node_accuracy``:
             over nodes labelled in either group, the prediction is the group with the larger
             summed probability, as TF Fold's sentiment model scores binary sentiment.
+        word_dropout: while training, each word becomes ``<unk>`` with this probability.
+        root_loss_weight: each root's cross-entropy counts ``1 + root_loss_weight`` times.
+        leaf_context_size: > 0 puts a bidirectional LSTM of this size per direction over the
+            sentence under the leaves (``tree_context.py``); not with ``internal_words``.
+        static_vectors: words also read a frozen copy of ``embeddings`` (two channels).
     """
 
     def __init__(
@@ -179,37 +214,30 @@ class TreeLSTMClassifier(nn.Module):
             raise ValueError(f"predict_classes={predict_classes}; expected 2..{num_classes}")
         self.predict_classes = predict_classes or num_classes
         self.polarity = _check_polarity(polarity, num_classes)
+        if root_loss_weight < 0 or leaf_context_size < 0:
+            raise ValueError(
+                f"root_loss_weight={root_loss_weight}, leaf_context_size={leaf_context_size}; "
+                "expected >= 0 (0: off)"
+            )
+        if leaf_context_size and internal_words:
+            raise ValueError("leaf_context_size: not available with internal_words")
+        if static_vectors and embeddings is None:
+            raise ValueError("static_vectors: needs pretrained vectors (dataset.word_vectors)")
         embedding = fb.Embedding(
             len(vocab),
             embed_size,
             initializer=embeddings,
             trainable=not (freeze_embeddings and embeddings is not None),
         )
-        index = vocab.index
-        word_id = fb.InputTransform(lambda node: index(node.word)) >> fb.Scalar("int64")
-        if word_dropout:
-            # A declared type: probing the module for it would draw from the RNG.
-            word_id = word_id >> fb.Function(
-                WordDropout(word_dropout, vocab.unk_index), output_type=TensorType((), "int64")
-            )
-        lookup: fb.Block = fb.Function(embedding)
-        if static_vectors:
-            if embeddings is None:
-                raise ValueError("static_vectors: needs pretrained vectors (dataset.word_vectors)")
-            # Kim (2014)'s two channels: words never seen in training (their vectors untuned)
-            # still agree with the trained ones on the fixed channel.
-            static = fb.Embedding(initializer=embeddings, trainable=False)
-            lookup = fb.AllOf(lookup, fb.Function(static)) >> fb.Concat()
-            embed_size *= 2
-        word = (
-            word_id
-            >> lookup
-            >> fb.Function(nn.Dropout(dropout if embedding_dropout is None else embedding_dropout))
+        word, embed_size = _word_block(
+            vocab,
+            embedding,
+            embeddings if static_vectors else None,
+            word_dropout,
+            dropout if embedding_dropout is None else embedding_dropout,
         )
         leaf_input = 2 * leaf_context_size or embed_size
         if leaf_context_size:
-            if internal_words:
-                raise ValueError("leaf_context_size: not available with internal_words")
             cell = BinaryTreeLSTMCell(hidden_size, recurrent_dropout, forget_bias)
             leaf_cell = TreeLSTMLeaf(leaf_input, hidden_size, recurrent_dropout)
             # Kept outside the module registry (a tuple): the blocks already own them.
@@ -239,8 +267,6 @@ class TreeLSTMClassifier(nn.Module):
         self.embedding = embedding
         self.embedding_lr, self.embedding_weight_decay = embedding_lr, embedding_weight_decay
         self.embedding_optimizer = embedding_optimizer
-        if root_loss_weight < 0:
-            raise ValueError(f"root_loss_weight={root_loss_weight}; expected >= 0")
         self.root_loss_weight = root_loss_weight
 
     def param_groups(self) -> list[dict[str, Any]]:
