@@ -34,31 +34,57 @@ __all__ = ["find_runs", "run_ensemble"]
 SPLITS = ("train", "dev", "test")
 
 
-def find_runs(dirs: Sequence[str | Path]) -> list[Path]:
-    """Run folders under ``dirs`` (those holding ``results.json``), sorted by seed then path."""
-    runs: list[Path] = []
+def find_runs(dirs: Sequence[str | Path]) -> list[tuple[Path, dict[str, Any]]]:
+    """Each run folder under ``dirs`` (one holding ``results.json`` and ``checkpoints/best.pt``)
+    with the resolved config its ``results.json`` records, sorted by seed, then path."""
+    paths: set[Path] = set()
     for d in map(Path, dirs):
         if not d.exists():
             raise FileNotFoundError(f"foldexp ensemble: {d} does not exist")
-        runs.extend(p.parent for p in sorted(d.rglob("results.json")))
-    if not runs:
+        paths.update(p.parent for p in d.rglob("results.json"))
+    if not paths:
         raise FileNotFoundError(
             f"foldexp ensemble: no results.json under {', '.join(map(str, dirs))}"
         )
-    for run in runs:
+    runs = []
+    for run in paths:
         if not (run / "checkpoints" / "best.pt").exists():
             raise FileNotFoundError(
                 f"foldexp ensemble: {run} has results.json but no checkpoints/best.pt"
             )
-    seeds = {run: json.loads((run / "results.json").read_text()).get("seed", 0) for run in runs}
-    return sorted(set(runs), key=lambda run: (seeds[run], str(run)))
+        config = json.loads((run / "results.json").read_text()).get("config")
+        if not isinstance(config, dict) or "dataset" not in config or "model" not in config:
+            raise ValueError(f"foldexp ensemble: {run / 'results.json'} has no resolved config")
+        runs.append((run, config))
+    return sorted(runs, key=lambda rc: (rc[1].get("seed", 0), str(rc[0])))
 
 
-def _config(run: Path) -> dict[str, Any]:
-    config = json.loads((run / "results.json").read_text()).get("config")
-    if not isinstance(config, dict) or "dataset" not in config or "model" not in config:
-        raise ValueError(f"foldexp ensemble: {run / 'results.json'} has no resolved config")
-    return config
+def _dataset_key(config: dict[str, Any]) -> str:
+    return json.dumps(config["dataset"], sort_keys=True)
+
+
+def _bundles(runs: list[tuple[Path, dict[str, Any]]], split: str) -> tuple[dict[str, Any], list]:
+    """One dataset bundle per distinct dataset config, and the split's examples, which every
+    bundle must give alike."""
+    bundles: dict[str, Any] = {}
+    examples: list[Any] | None = None
+    first_run, first = runs[0]
+    for run, config in runs:
+        if _dataset_key(config) in bundles:
+            continue
+        bundle = bundles[_dataset_key(config)] = instantiate(config["dataset"], _convert_="all")
+        if examples is None:
+            examples = list(getattr(bundle, split))
+        elif list(getattr(bundle, split)) != examples:
+            keys = ", ".join(
+                f"dataset.{k}" for k in _differences(config["dataset"], first["dataset"])
+            )
+            raise ValueError(
+                f"foldexp ensemble: the {split} examples of {run} differ from those of "
+                f"{first_run} (their configs differ in {keys}); the members of an ensemble must "
+                "score the same examples"
+            )
+    return bundles, examples or []
 
 
 def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -105,36 +131,12 @@ def run_ensemble(
             f"foldexp ensemble: --split {split!r}; expected one of {', '.join(SPLITS)}"
         )
     runs = find_runs(dirs)
-    configs = [_config(run) for run in runs]
-    bundles: dict[str, Any] = {}  # one per distinct dataset config
-    examples: list[Any] | None = None
-    for run, config in zip(runs, configs):
-        key = json.dumps(config["dataset"], sort_keys=True)
-        if key in bundles:
-            continue
-        bundles[key] = bundle = instantiate(config["dataset"], _convert_="all")
-        split_examples = list(getattr(bundle, split))
-        if examples is None:
-            examples = split_examples
-        elif split_examples != examples:
-            keys = ", ".join(
-                f"dataset.{k}" for k in _differences(config["dataset"], configs[0]["dataset"])
-            )
-            raise ValueError(
-                f"foldexp ensemble: the {split} examples of {run} differ from those of "
-                f"{runs[0]} (their configs differ in {keys}); the members of an ensemble must "
-                "score the same examples"
-            )
-    members, total, first_labels = [], None, None
-    by_size = []
-    for k, (run, config) in enumerate(zip(runs, configs), start=1):
-        bundle = bundles[json.dumps(config["dataset"], sort_keys=True)]
+    bundles, examples = _bundles(runs, split)
+    members, by_size, total = [], [], None
+    for k, (run, config) in enumerate(runs, start=1):
+        bundle = bundles[_dataset_key(config)]
         model, probs, labels = _member_probabilities(run, config, bundle, examples, batch_size)
-        if total is None:
-            total, first_labels = probs, labels
-        else:
-            assert torch.equal(labels, first_labels), f"{run}: the split's labels changed order"
-            total = total + probs
+        total = probs if total is None else total + probs
         members.append(
             {"run": str(run), "seed": config.get("seed"), **_score(model, probs, labels)}
         )
