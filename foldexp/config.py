@@ -137,6 +137,7 @@ class TreeLSTMModelConfig:
     root_loss_weight: float = 0.0
     leaf_context_size: int = 0
     static_vectors: bool = False
+    label_smoothing: float = 0.0
 
 
 @dataclass

@@ -179,6 +179,8 @@ class TreeLSTMClassifier(nn.Module):
         leaf_context_size: > 0 puts a bidirectional LSTM of this size per direction over the
             sentence under the leaves (``tree_context.py``); not with ``internal_words``.
         static_vectors: words also read a frozen copy of ``embeddings`` (two channels).
+        label_smoothing: the training loss's targets mix in this share of the uniform
+            distribution; evaluation losses are plain cross-entropy.
     """
 
     def __init__(
@@ -204,6 +206,7 @@ class TreeLSTMClassifier(nn.Module):
         root_loss_weight: float = 0.0,
         leaf_context_size: int = 0,
         static_vectors: bool = False,
+        label_smoothing: float = 0.0,
         name: str = "tree_lstm",
     ) -> None:
         super().__init__()
@@ -268,6 +271,7 @@ class TreeLSTMClassifier(nn.Module):
         self.embedding_lr, self.embedding_weight_decay = embedding_lr, embedding_weight_decay
         self.embedding_optimizer = embedding_optimizer
         self.root_loss_weight = root_loss_weight
+        self.label_smoothing = label_smoothing
 
     def param_groups(self) -> list[dict[str, Any]]:
         """The word table apart from the rest, so it can learn at its own rate (Tai et al. 2015
@@ -301,14 +305,24 @@ class TreeLSTMClassifier(nn.Module):
         root_labels = batch.root_labels.to(root_logits.device)
         root_mask = root_labels >= 0
         if self.node_loss:
-            loss = F.cross_entropy(node_logits[mask], node_labels[mask], reduction="sum")
+            smooth = self.label_smoothing if self.training else 0.0
+            loss = F.cross_entropy(
+                node_logits[mask], node_labels[mask], reduction="sum", label_smoothing=smooth
+            )
             if self.root_loss_weight and bool(root_mask.any()):
                 loss = loss + self.root_loss_weight * F.cross_entropy(
-                    root_logits[root_mask], root_labels[root_mask], reduction="sum"
+                    root_logits[root_mask],
+                    root_labels[root_mask],
+                    reduction="sum",
+                    label_smoothing=smooth,
                 )
             loss = loss / max(1, batch.size)
         else:
-            loss = F.cross_entropy(root_logits[root_mask], root_labels[root_mask])
+            loss = F.cross_entropy(
+                root_logits[root_mask],
+                root_labels[root_mask],
+                label_smoothing=self.label_smoothing if self.training else 0.0,
+            )
         stats = {"loss": loss}
         stats.update(self._hits("root", root_logits, root_labels))
         stats.update(self._hits("node", node_logits, node_labels))

@@ -74,15 +74,18 @@ def _check_choice(value: Any, choices: tuple[str, ...], key: str) -> str:
     return value
 
 
-# Model keys that may not be negative (0 turns the feature off).
+# Model keys that may not be negative (0 turns the feature off), and probabilities besides the
+# ``*dropout`` keys.
 _NON_NEGATIVE = ("root_loss_weight", "leaf_context_size")
+_PROBABILITIES = ("label_smoothing",)
 
 
 def _check_model_values(model_cfg: Any) -> None:
-    """Every ``model.*dropout`` is a probability and the ``_NON_NEGATIVE`` keys are >= 0;
-    fails before the data is loaded."""
+    """Every ``model.*dropout`` and ``_PROBABILITIES`` key is a probability and the
+    ``_NON_NEGATIVE`` keys are >= 0; fails before the data is loaded."""
     for key, value in model_cfg.items():
-        if str(key).endswith("dropout") and value is not None and not 0.0 <= value < 1.0:
+        probability = str(key).endswith("dropout") or key in _PROBABILITIES
+        if probability and value is not None and not 0.0 <= value < 1.0:
             raise ValueError(f"model.{key}={value}; expected a probability 0 <= p < 1")
         if key in _NON_NEGATIVE and value < 0:
             raise ValueError(f"model.{key}={value}; expected >= 0 (0: off)")

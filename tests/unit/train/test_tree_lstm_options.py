@@ -86,6 +86,7 @@ def test_train_with_every_option(sst_overrides, tmp_path: Path) -> None:
     "override, message",
     [
         ("model.word_dropout=1.0", "model.word_dropout=1.0; expected a probability"),
+        ("model.label_smoothing=1.5", "model.label_smoothing=1.5; expected a probability"),
         ("model.root_loss_weight=-1", "model.root_loss_weight=-1.0; expected >= 0"),
         ("model.leaf_context_size=-2", "model.leaf_context_size=-2; expected >= 0"),
     ],
@@ -117,3 +118,19 @@ def test_static_vectors_add_a_frozen_channel(sst_data_dir: Path) -> None:
     assert not torch.allclose(model.embedding.weight, torch.from_numpy(vectors))
     with pytest.raises(ValueError, match="static_vectors: needs pretrained vectors"):
         TreeLSTMClassifier(vocab, 5, static_vectors=True)
+
+
+def test_label_smoothing_acts_on_the_training_loss_only(sst_data_dir: Path) -> None:
+    trees = load_sst("train", sst_data_dir)
+    model = _model(trees, label_smoothing=0.2)
+    with torch.no_grad():  # every node gets the same logits; no dropout in this model
+        model.classify.weight.zero_()
+        model.classify.bias.copy_(torch.tensor([0.5, -1.0, 0.0, 2.0, 1.0]))
+    nodes = torch.tensor([label for t in trees for label in t.labels()])
+    logits = model.classify.bias.detach().expand(len(nodes), 5)
+    log_p = logits.log_softmax(1)
+    # (1 - 0.2) of the label's log-likelihood plus 0.2 of the mean over the five classes.
+    smoothed = -(0.8 * log_p.gather(1, nodes[:, None]).squeeze(1) + 0.2 * log_p.mean(1)).sum()
+    torch.testing.assert_close(model(model.collate(trees))["loss"], smoothed / len(trees))
+    plain = F.cross_entropy(logits, nodes, reduction="sum") / len(trees)
+    torch.testing.assert_close(model.eval()(model.collate(trees))["loss"], plain)
