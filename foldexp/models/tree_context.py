@@ -25,9 +25,9 @@ from foldexp.types import TensorType, TupleType
 
 __all__ = ["LSTMStep", "contextual_tree"]
 
-Tree = (
-    Any  # a binary ``foldexp.data.trees.Tree``: ``children``, ``label``, ``size()``, ``leaves()``
-)
+# A binary ``foldexp.data.trees.Tree`` (``children``, ``label``, ``size()``, ``leaves()``); models
+# take it by shape and do not import the data layer.
+Tree = Any
 
 
 class LSTMStep(nn.Module):
