@@ -138,6 +138,8 @@ class TreeLSTMModelConfig:
     leaf_context_size: int = 0
     static_vectors: bool = False
     label_smoothing: float = 0.0
+    teacher: list[str] | None = None
+    distill_weight: float = 0.5
 
 
 @dataclass

@@ -53,8 +53,8 @@ def _leaves(node: Tree) -> list[Tree]:
     return node.leaves()
 
 
-def _label(pair: tuple[Tree, int]) -> int:
-    return pair[0].label
+def _tree(pair: tuple[Tree, int]) -> Tree:
+    return pair[0]
 
 
 def _offset(pair: tuple[Tree, int]) -> int:
@@ -93,8 +93,8 @@ def contextual_tree(
         steps: the left-to-right and right-to-left LSTM steps over the word vectors;
             ``leaf_cell`` takes their two states concatenated.
         leaf_cell: context vector → leaf state; ``cell``: ``(left, right)`` → state.
-        node: ``node(state, label)`` wraps each node's state block and label block (to record
-            metrics); it must output the state.
+        node: ``node(state, tree)`` wraps each node's state block, given a block that yields
+            the Python node (to record metrics from it); it must output the state.
     """
     size = steps[0].cell.hidden_size
     state_type = TupleType(TensorType(size), TensorType(size))
@@ -120,6 +120,5 @@ def contextual_tree(
     leaf = along(_offset) >> fb.Nth() >> fb.Function(leaf_cell)
     internal = fb.AllOf(along(_left) >> tree(), along(_right) >> tree()) >> fb.Function(cell)
     state = fb.OneOf(_arity, {0: leaf, 2: internal})
-    label = fb.GetItem(1) >> fb.InputTransform(_label)
-    tree.resolve_to(node(state, label))
+    tree.resolve_to(node(state, fb.GetItem(1) >> fb.InputTransform(_tree)))
     return fb.AllOf(context, fb.InputTransform(_root)) >> tree()

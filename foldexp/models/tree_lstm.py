@@ -10,6 +10,7 @@ calculator trees): a loss on every labelled node, read out through ``Metric`` bl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,15 +101,22 @@ class WordDropout(nn.Module):
         return ids.masked_fill(drop, self.unk_index)
 
 
-def _node(state: fb.Block, label: fb.Block) -> fb.Block:
-    """A node's state, recording it (``h``) and its label (``label``, from the Python node) as
-    metrics, so the loss reads every node."""
-    label = label >> fb.Scalar("int64") >> fb.Metric("label")
+def _node(state: fb.Block, tree: fb.Block, soft: Any = None, classes: int = 0) -> fb.Block:
+    """A node's state, recording it (``h``) and the Python node's label (``label``) as metrics,
+    so the loss reads every node; ``tree`` yields the Python node. With ``soft`` (node → class
+    probabilities) the node's soft target is recorded too (``soft``, ``classes`` wide)."""
+    records = [tree >> fb.InputTransform(_label) >> fb.Scalar("int64") >> fb.Metric("label")]
+    if soft is not None:
+        records.append(tree >> fb.InputTransform(soft) >> fb.Vector(classes) >> fb.Metric("soft"))
     return (
-        fb.AllOf(state >> fb.AllOf(fb.Identity(), fb.GetItem(0) >> fb.Metric("h")), label)
+        fb.AllOf(state >> fb.AllOf(fb.Identity(), fb.GetItem(0) >> fb.Metric("h")), *records)
         >> fb.GetItem(0)
         >> fb.GetItem(0)
     )
+
+
+def _label(node: Any) -> int:
+    return node.label
 
 
 def _word_block(
@@ -181,6 +189,11 @@ class TreeLSTMClassifier(nn.Module):
         static_vectors: words also read a frozen copy of ``embeddings`` (two channels).
         label_smoothing: the training loss's targets mix in this share of the uniform
             distribution; evaluation losses are plain cross-entropy.
+        teacher: run or sweep folders whose models teach this one (knowledge distillation,
+            Hinton et al. 2015): the trainer computes their averaged class probabilities at
+            every training node (``foldexp.train.distill``) and hands them to
+            ``set_soft_targets``; the training loss is then ``distill_weight`` times the
+            cross-entropy against them plus the rest times the usual one.
     """
 
     def __init__(
@@ -207,6 +220,8 @@ class TreeLSTMClassifier(nn.Module):
         leaf_context_size: int = 0,
         static_vectors: bool = False,
         label_smoothing: float = 0.0,
+        teacher: list[str] | str | None = None,
+        distill_weight: float = 0.5,
         name: str = "tree_lstm",
     ) -> None:
         super().__init__()
@@ -239,6 +254,16 @@ class TreeLSTMClassifier(nn.Module):
             word_dropout,
             dropout if embedding_dropout is None else embedding_dropout,
         )
+        # Distillation (``teacher``): every node also records its soft target, which the trainer
+        # fills in with ``set_soft_targets`` before training.
+        self.teacher, self.distill_weight = teacher, distill_weight
+        self._soft_targets: Mapping[Any, np.ndarray] = {}
+        self._no_target = np.zeros(num_classes, dtype=np.float32)
+
+        def node(state: fb.Block, tree: fb.Block) -> fb.Block:
+            soft = self._soft_target if teacher else None
+            return _node(state, tree, soft, num_classes)
+
         leaf_input = 2 * leaf_context_size or embed_size
         if leaf_context_size:
             cell = BinaryTreeLSTMCell(hidden_size, recurrent_dropout, forget_bias)
@@ -248,7 +273,7 @@ class TreeLSTMClassifier(nn.Module):
                 LSTMStep(embed_size, leaf_context_size),
                 LSTMStep(embed_size, leaf_context_size),
             )
-            root = contextual_tree(word, self.leaf_context_steps, leaf_cell, cell, _node)
+            root = contextual_tree(word, self.leaf_context_steps, leaf_cell, cell, node)
         else:
             tree = fb.ForwardDeclaration(name="tree")
             children = fb.InputTransform(lambda node: node.children) >> fb.Record((tree(), tree()))
@@ -261,7 +286,7 @@ class TreeLSTMClassifier(nn.Module):
                 internal = children >> fb.Function(cell)
             leaf = word >> fb.Function(TreeLSTMLeaf(leaf_input, hidden_size, recurrent_dropout))
             state = fb.OneOf(lambda node: len(node.children), {0: leaf, 2: internal})
-            tree.resolve_to(_node(state, fb.InputTransform(lambda node: node.label)))
+            tree.resolve_to(node(state, fb.Identity()))
             root = tree()
         # Trees are immutable and recur every epoch: trace each once, re-batch it afterwards.
         self.compiler = Compiler(root >> fb.GetItem(0), cache_traces=True)
@@ -309,6 +334,11 @@ class TreeLSTMClassifier(nn.Module):
             loss = F.cross_entropy(
                 node_logits[mask], node_labels[mask], reduction="sum", label_smoothing=smooth
             )
+            if self.teacher and self.training and self._soft_targets:
+                soft, _ = self.compiler.last_metrics["soft"]
+                log_p = node_logits[mask].log_softmax(1)
+                soft_loss = -(soft[mask] * log_p).sum()
+                loss = (1 - self.distill_weight) * loss + self.distill_weight * soft_loss
             if self.root_loss_weight and bool(root_mask.any()):
                 loss = loss + self.root_loss_weight * F.cross_entropy(
                     root_logits[root_mask],
@@ -327,6 +357,22 @@ class TreeLSTMClassifier(nn.Module):
         stats.update(self._hits("root", root_logits, root_labels))
         stats.update(self._hits("node", node_logits, node_labels))
         return stats
+
+    def set_soft_targets(self, targets: Mapping[Any, np.ndarray]) -> None:
+        """Each training node's soft target (class probabilities), keyed by the node: a node's
+        prediction depends on its subtree alone, so equal subtrees share one key."""
+        self._soft_targets = targets
+
+    def _soft_target(self, node: Any) -> np.ndarray:
+        return self._soft_targets.get(node, self._no_target)
+
+    def node_probabilities(self, batch: TreeBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Class probabilities and labels of every node, trees in batch order and each tree's
+        nodes in post-order (``Tree.nodes()``); ``foldexp.train.distill`` averages them."""
+        self.compiler.run(batch.plan)
+        node_h, _ = self.compiler.last_metrics["h"]
+        node_labels, _ = self.compiler.last_metrics["label"]
+        return self.classify(self.dropout(node_h)).softmax(1), node_labels
 
     def root_probabilities(self, batch: TreeBatch) -> torch.Tensor:
         """Class probabilities at each tree's root, one row per tree (``foldexp ensemble``

@@ -29,7 +29,7 @@ from hydra.utils import instantiate
 from foldexp.train.artifacts import write_json, write_text
 from foldexp.train.checkpoint import load_checkpoint
 
-__all__ = ["find_runs", "run_ensemble"]
+__all__ = ["find_runs", "load_run_model", "run_ensemble"]
 
 SPLITS = ("train", "dev", "test")
 
@@ -91,19 +91,25 @@ def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
+def load_run_model(run: Path, config: dict[str, Any], bundle: Any) -> Any:
+    """The run's model, rebuilt from its resolved ``config`` over ``bundle`` (its dataset), with
+    the weights of ``checkpoints/best.pt``, in evaluation mode."""
+    model = instantiate(config["model"], **bundle.info, _convert_="all")
+    load_checkpoint(run / "checkpoints" / "best.pt", model, restore_rng=False)
+    return model.eval()
+
+
 def _member_probabilities(
     run: Path, config: dict[str, Any], bundle: Any, examples: list[Any], batch_size: int
 ) -> tuple[Any, torch.Tensor, torch.Tensor]:
     """The run's model with its best weights, its root probabilities and the root labels."""
-    model = instantiate(config["model"], **bundle.info, _convert_="all")
+    model = load_run_model(run, config, bundle)
     if not (hasattr(model, "root_probabilities") and hasattr(model, "score_roots")):
         raise TypeError(
             f"foldexp ensemble: {run}: {type(model).__name__} has no root_probabilities(batch) "
             "and score_roots(probs, labels); only classifiers that give class probabilities "
             "can be ensembled"
         )
-    load_checkpoint(run / "checkpoints" / "best.pt", model, restore_rng=False)
-    model.eval()
     probs, labels = [], []
     with torch.no_grad():
         for start in range(0, len(examples), batch_size):

@@ -39,6 +39,7 @@ from foldexp.kernels import keep_freed_memory, set_onednn_enabled
 from foldexp.train import distributed as dd
 from foldexp.train.artifacts import plot_curves, write_json, write_metrics_csv
 from foldexp.train.checkpoint import load_checkpoint, seed_everything
+from foldexp.train.distill import teacher_targets
 from foldexp.train.ema import ParamAverage
 from foldexp.train.evaluate import evaluate, improves, progress_bar
 from foldexp.train.loaders import RunLoaders
@@ -77,7 +78,7 @@ def _check_choice(value: Any, choices: tuple[str, ...], key: str) -> str:
 # Model keys that may not be negative (0 turns the feature off), and probabilities besides the
 # ``*dropout`` keys.
 _NON_NEGATIVE = ("root_loss_weight", "leaf_context_size")
-_PROBABILITIES = ("label_smoothing",)
+_PROBABILITIES = ("label_smoothing", "distill_weight")
 
 
 def _check_model_values(model_cfg: Any) -> None:
@@ -89,6 +90,9 @@ def _check_model_values(model_cfg: Any) -> None:
             raise ValueError(f"model.{key}={value}; expected a probability 0 <= p < 1")
         if key in _NON_NEGATIVE and value < 0:
             raise ValueError(f"model.{key}={value}; expected >= 0 (0: off)")
+    for path in model_cfg.get("teacher") or []:
+        if not Path(path).exists():
+            raise FileNotFoundError(f"model.teacher: {path} does not exist")
 
 
 def run_train(cfg: DictConfig) -> dict[str, Any]:
@@ -155,6 +159,10 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
     bundle = instantiate(cfg.dataset, _convert_="all")
     log.info("dataset %s: %s", cfg.dataset.name, bundle.sizes())
     model = instantiate(cfg.model, **bundle.info, _convert_="all").to(device)
+    if getattr(model, "teacher", None):
+        targets = teacher_targets(list(model.teacher), bundle.train, tc.eval_batch_size)
+        model.set_soft_targets(targets)
+        log.info("model.teacher: soft targets for %d distinct nodes", len(targets))
     optimizer = build_optimizer(instantiate(cfg.optimizer), param_groups(model, cfg.optimizer.lr))
     select, better = (
         tc.select_metric,
