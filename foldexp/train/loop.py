@@ -90,7 +90,13 @@ def _check_model_values(model_cfg: Any) -> None:
             raise ValueError(f"model.{key}={value}; expected a probability 0 <= p < 1")
         if key in _NON_NEGATIVE and value < 0:
             raise ValueError(f"model.{key}={value}; expected >= 0 (0: off)")
-    for path in model_cfg.get("teacher") or []:
+    teachers = model_cfg.get("teacher")
+    if teachers is not None and not teachers:  # a distillation preset, its teachers not given
+        raise ValueError(
+            "model.teacher=[] names no teacher: give the teachers' run or sweep folders, e.g. "
+            "'model.teacher=[outputs/fold_sweep]'"
+        )
+    for path in teachers or []:
         if not Path(path).exists():
             raise FileNotFoundError(f"model.teacher: {path} does not exist")
 

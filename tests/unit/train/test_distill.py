@@ -92,3 +92,10 @@ def test_bad_teachers_are_refused(teachers: Path, sst_overrides, tmp_path: Path)
     other = sst_overrides(f"model.teacher=[{teachers}]", "dataset.view=binary")
     with pytest.raises(ValueError, match="trained on other trees than this run"):
         run_train(compose_config(other, tmp_path / "binary"))
+
+
+def test_distill_preset_needs_its_teachers(tmp_path: Path) -> None:
+    cfg = compose_config(["experiment=sst_treelstm_fold_distill"], tmp_path)
+    cfg.paths.data_dir = str(tmp_path / "no_data_here")  # reading data would fail otherwise
+    with pytest.raises(ValueError, match=r"model.teacher=\[\] names no teacher"):
+        run_train(cfg)
