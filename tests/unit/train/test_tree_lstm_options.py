@@ -16,7 +16,8 @@ import foldexp.blocks as fb
 from foldexp.data.sst import load_sst
 from foldexp.data.vocab import Vocabulary
 from foldexp.models.cells import TreeLSTMLeaf
-from foldexp.models.tree_lstm import TreeLSTMClassifier, WordDropout
+from foldexp.models.tree_lstm import TreeLSTMClassifier
+from foldexp.models.tree_parts import WordDropout
 from foldexp.testing import check_block
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
