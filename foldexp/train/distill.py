@@ -15,17 +15,15 @@ and a distilled run stays reproducible and resumable.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from hydra.utils import instantiate
 
 from foldexp.train.checkpoint import rng_state, set_rng_state
-from foldexp.train.ensemble import find_runs, load_run_model
+from foldexp.train.ensemble import dataset_key, find_runs, load_run_model, run_bundles
 
 __all__ = ["teacher_targets"]
 
@@ -51,19 +49,18 @@ def teacher_targets(
     saved = rng_state()
     try:
         runs = find_runs(dirs)
-        bundles: dict[str, Any] = {}
+        bundles, _ = run_bundles(
+            runs,
+            "train",
+            lambda run, keys: (
+                f"model.teacher: {run} trained on other trees than this run (its dataset "
+                "config differs); a teacher must have seen the same training set"
+            ),
+            expected=trees,
+        )
         total = None
         for run, config in runs:
-            key = json.dumps(config["dataset"], sort_keys=True)
-            if key not in bundles:
-                bundles[key] = instantiate(config["dataset"], _convert_="all")
-                if list(bundles[key].train) != list(trees):
-                    raise ValueError(
-                        f"model.teacher: {run} trained on other trees than this run "
-                        "(its dataset config differs); a teacher must have seen the same "
-                        "training set"
-                    )
-            model = load_run_model(run, config, bundles[key])
+            model = load_run_model(run, config, bundles[dataset_key(config)])
             if not hasattr(model, "node_probabilities"):
                 raise TypeError(
                     f"model.teacher: {run}: {type(model).__name__} gives no "

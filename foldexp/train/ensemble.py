@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from hydra.utils import instantiate
 from foldexp.train.artifacts import write_json, write_text
 from foldexp.train.checkpoint import load_checkpoint
 
-__all__ = ["find_runs", "load_run_model", "run_ensemble"]
+__all__ = ["dataset_key", "find_runs", "load_run_model", "run_bundles", "run_ensemble"]
 
 SPLITS = ("train", "dev", "test")
 
@@ -59,32 +59,38 @@ def find_runs(dirs: Sequence[str | Path]) -> list[tuple[Path, dict[str, Any]]]:
     return sorted(runs, key=lambda rc: (rc[1].get("seed", 0), str(rc[0])))
 
 
-def _dataset_key(config: dict[str, Any]) -> str:
+def dataset_key(config: dict[str, Any]) -> str:
+    """The key of a run's dataset config in ``run_bundles``' mapping."""
     return json.dumps(config["dataset"], sort_keys=True)
 
 
-def _bundles(runs: list[tuple[Path, dict[str, Any]]], split: str) -> tuple[dict[str, Any], list]:
-    """One dataset bundle per distinct dataset config, and the split's examples, which every
-    bundle must give alike."""
+def run_bundles(
+    runs: list[tuple[Path, dict[str, Any]]],
+    split: str,
+    mismatch: Callable[[Path, str], str],
+    expected: list[Any] | None = None,
+) -> tuple[dict[str, Any], list[Any]]:
+    """One dataset bundle per distinct dataset config of ``runs`` (by ``dataset_key``), and the
+    split's examples, which every bundle must give alike (and equal to ``expected`` if given).
+
+    A bundle that differs raises ``ValueError(mismatch(run, keys))``, ``keys`` naming the
+    ``dataset.*`` keys where its run's config differs from the first run's.
+    """
     bundles: dict[str, Any] = {}
-    examples: list[Any] | None = None
-    first_run, first = runs[0]
+    examples = expected
+    first = runs[0][1]
     for run, config in runs:
-        if _dataset_key(config) in bundles:
+        if dataset_key(config) in bundles:
             continue
-        bundle = bundles[_dataset_key(config)] = instantiate(config["dataset"], _convert_="all")
+        bundle = bundles[dataset_key(config)] = instantiate(config["dataset"], _convert_="all")
         if examples is None:
             examples = list(getattr(bundle, split))
-        elif list(getattr(bundle, split)) != examples:
+        elif list(getattr(bundle, split)) != list(examples):
             keys = ", ".join(
                 f"dataset.{k}" for k in _differences(config["dataset"], first["dataset"])
             )
-            raise ValueError(
-                f"foldexp ensemble: the {split} examples of {run} differ from those of "
-                f"{first_run} (their configs differ in {keys}); the members of an ensemble must "
-                "score the same examples"
-            )
-    return bundles, examples or []
+            raise ValueError(mismatch(run, keys))
+    return bundles, list(examples or [])
 
 
 def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -137,10 +143,18 @@ def run_ensemble(
             f"foldexp ensemble: --split {split!r}; expected one of {', '.join(SPLITS)}"
         )
     runs = find_runs(dirs)
-    bundles, examples = _bundles(runs, split)
+
+    def mismatch(run: Path, keys: str) -> str:
+        return (
+            f"foldexp ensemble: the {split} examples of {run} differ from those of "
+            f"{runs[0][0]} (their configs differ in {keys}); the members of an ensemble must "
+            "score the same examples"
+        )
+
+    bundles, examples = run_bundles(runs, split, mismatch)
     members, by_size, total = [], [], None
     for k, (run, config) in enumerate(runs, start=1):
-        bundle = bundles[_dataset_key(config)]
+        bundle = bundles[dataset_key(config)]
         model, probs, labels = _member_probabilities(run, config, bundle, examples, batch_size)
         total = probs if total is None else total + probs
         members.append(
