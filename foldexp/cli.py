@@ -1,7 +1,7 @@
 """The ``foldexp`` command: a thin dispatcher over plain functions.
 
 ``foldexp train`` and ``foldexp bench`` are Hydra apps (all of Hydra's command line works);
-``foldexp data``, ``foldexp report``, ``foldexp ensemble`` and ``foldexp demo`` take plain
+``foldexp data``, ``report``, ``ensemble``, ``predict``, ``eval`` and ``demo`` take plain
 arguments. Each subcommand
 calls one plain function (``run_train``, ``run_bench``, ``run_report``, …), so tests call those
 functions directly.
@@ -17,6 +17,8 @@ COMMANDS = {
     "bench": "timing benchmarks: the paper's Table 1, scaling, peers (foldexp bench --help)",
     "report": "aggregate runs or a sweep folder into a table and a plot (foldexp report DIR)",
     "ensemble": "average the predictions of a sweep's runs (foldexp ensemble DIR)",
+    "predict": "a trained run's predictions for new inputs, as CSV (foldexp predict RUN_DIR INPUT)",
+    "eval": "score a trained run on a split or another file (foldexp eval RUN_DIR [key=value])",
     "demo": "print a batch schedule and the speedup of dynamic batching",
     "data": "fetch, import and describe datasets (foldexp data --help)",
 }
@@ -89,8 +91,68 @@ def _ensemble(argv: list[str]) -> int:
     ap.add_argument("--split", default="test", choices=SPLITS, help="split to score (test)")
     ap.add_argument("--out", default=None, help="where to write (default: the first folder)")
     ap.add_argument("--batch-size", type=int, default=256, help="trees per batch (256)")
+    _allow_target_option(ap)
     a = ap.parse_args(argv)
-    run_ensemble(a.dirs, a.split, a.out, a.batch_size)
+    run_ensemble(a.dirs, a.split, a.out, a.batch_size, a.allow_target)
+    return 0
+
+
+def _allow_target_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument(
+        "--allow-target",
+        action="append",
+        default=[],
+        metavar="TARGET",
+        help="a _target_ outside foldexp's own registry that the run folder may name (e.g. your "
+        "model class); run folders are untrusted, so anything else is refused",
+    )
+
+
+def _predict(argv: list[str]) -> int:
+    from foldexp.train.predict import run_predict
+
+    ap = argparse.ArgumentParser(prog="foldexp predict", description=COMMANDS["predict"])
+    ap.add_argument("run_dir", help="a trained run's folder (run_info.json, checkpoints/best.pt)")
+    ap.add_argument(
+        "input",
+        help="CSV/CSV.gz with the run's SMILES or text column, a PTB file, a file of one input a "
+        "line, or - for stdin",
+    )
+    ap.add_argument("--output", "-o", default=None, help="CSV to write (default: stdout)")
+    ap.add_argument("--column", default=None, help="input column (default: the run's)")
+    ap.add_argument("--batch-size", type=int, default=256, help="inputs per batch (256)")
+    _allow_target_option(ap)
+    a = ap.parse_args(argv)
+    rows = run_predict(
+        a.run_dir,
+        a.input,
+        a.output,
+        column=a.column,
+        batch_size=a.batch_size,
+        allow_targets=a.allow_target,
+    )
+    if a.output:
+        failed = sum(1 for r in rows if r["error"])
+        print(f"wrote {a.output}: {len(rows)} rows, {failed} with an error", file=sys.stderr)
+    return 0
+
+
+def _eval(argv: list[str]) -> int:
+    import json
+
+    from foldexp.train.eval_run import SPLITS, run_eval
+
+    ap = argparse.ArgumentParser(prog="foldexp eval", description=COMMANDS["eval"])
+    ap.add_argument("run_dir", help="a trained run's folder")
+    ap.add_argument(
+        "overrides", nargs="*", help="dataset.*/trainer.* overrides, e.g. dataset.path=new.csv"
+    )
+    ap.add_argument("--split", default="test", choices=SPLITS, help="split to score (test)")
+    ap.add_argument("--out", default=None, help="where to write (default: RUN_DIR/eval.json)")
+    _allow_target_option(ap)
+    a = ap.parse_args(argv)
+    result = run_eval(a.run_dir, a.overrides, a.split, a.out, a.allow_target)
+    print(json.dumps(result, indent=2))
     return 0
 
 
@@ -114,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         "data": _data,
         "report": _report,
         "ensemble": _ensemble,
+        "predict": _predict,
+        "eval": _eval,
         "train": _hydra_app("train", "foldexp.train.app"),
         "bench": _hydra_app("bench", "foldexp.bench.app"),
     }

@@ -21,6 +21,68 @@ from pathlib import Path
 CONF_DIR = str(Path(__file__).parent / "conf")
 
 
+@dataclass(frozen=True)
+class Range:
+    """The valid interval of a numeric config value (bounds ``None`` are open)."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+
+    def allows(self, value: float) -> bool:
+        return not (
+            (self.ge is not None and value < self.ge)
+            or (self.gt is not None and value <= self.gt)
+            or (self.le is not None and value > self.le)
+            or (self.lt is not None and value >= self.lt)
+        )
+
+    def describe(self) -> str:
+        """E.g. ``a value > 0``, ``0 <= value < 1``."""
+        low = (
+            f"{self.ge} <= "
+            if self.ge is not None
+            else f"{self.gt} < "
+            if self.gt is not None
+            else ""
+        )
+        high = (
+            f" <= {self.le}"
+            if self.le is not None
+            else f" < {self.lt}"
+            if self.lt is not None
+            else ""
+        )
+        if low and not high:  # one bound reads better with the value first
+            return f"a value {'>=' if self.ge is not None else '>'} {low.split()[0]}"
+        return f"{low}value{high}"
+
+
+def ranged(default: Any, *, ge=None, gt=None, le=None, lt=None, none_ok: bool = False) -> Any:
+    """A schema field whose numeric value (or every element of a list value) must lie in the
+    range; ``foldexp.validate.check_config`` enforces it when the config is composed."""
+    meta = {"range": Range(ge, gt, le, lt), "none_ok": none_ok}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def positive(default: Any) -> Any:
+    """> 0 (an integer key: >= 1)."""
+    return ranged(default, gt=0)
+
+
+def non_negative(default: Any) -> Any:
+    """>= 0 (for most such keys 0 turns the feature off)."""
+    return ranged(default, ge=0)
+
+
+def probability(default: Any, none_ok: bool = False) -> Any:
+    """0 <= p < 1 (a dropout rate, a mixing weight)."""
+    return ranged(default, ge=0, lt=1, none_ok=none_ok)
+
+
 class DeviceName(str, Enum):
     cpu = "cpu"
     cuda = "cuda"
@@ -46,10 +108,20 @@ class SelectMode(str, Enum):
     min = "min"
 
 
+class Strategy(str, Enum):
+    single = "single"
+    ddp = "ddp"
+
+
+class Balance(str, Enum):
+    nodes = "nodes"
+    examples = "examples"
+
+
 @dataclass
 class DeviceConfig:
     name: DeviceName = DeviceName.cpu
-    threads: int = 2
+    threads: int = non_negative(2)
     onednn: bool = True
     keep_memory: bool = True
 
@@ -63,24 +135,25 @@ class PathsConfig:
 
 @dataclass
 class TrainerConfig:
-    epochs: int = 10
-    batch_size: int = 25
-    eval_batch_size: int = 256
-    max_steps: int = 0
-    limit_batches: int = 0
-    patience: int = 0
-    select_metric: str = "dev_accuracy"
+    epochs: int = positive(10)
+    batch_size: int = positive(25)
+    eval_batch_size: int = positive(256)
+    max_steps: int = non_negative(0)
+    limit_batches: int = non_negative(0)
+    patience: int = non_negative(0)
+    select_metric: str = "dev_accuracy"  # a metrics.csv column: checked before the first step
     select_mode: SelectMode = SelectMode.max
-    checkpoint_every: int = 0
+    checkpoint_every: int = non_negative(0)
     resume: bool = False
-    num_workers: int = 0
-    grad_clip: float = 0.0
-    ema_decay: float = 0.0
+    overwrite: bool = False
+    num_workers: int = non_negative(0)
+    grad_clip: float = non_negative(0.0)
+    ema_decay: float = probability(0.0)
     progress: bool = True
     plots: bool = True
-    strategy: str = "single"  # single | ddp (checked by run_train before any work)
-    processes: int = 1
-    balance: str = "nodes"  # nodes | examples
+    strategy: Strategy = Strategy.single
+    processes: int = positive(1)
+    balance: Balance = Balance.nodes
     find_unused_parameters: bool = True
 
 
@@ -88,19 +161,19 @@ class TrainerConfig:
 class OptimizerConfig:
     _target_: str = MISSING
     _partial_: bool = True
-    lr: float = 0.001
-    weight_decay: float = 0.0
+    lr: float = positive(0.001)
+    weight_decay: float = non_negative(0.0)
 
 
 @dataclass
 class CalculatorDataConfig:
     _target_: str = "foldexp.train.datasets.calculator"
     name: str = "calculator"
-    n: int = 3000
-    max_depth: int = 3
-    n_classes: int = 10
-    leaf_prob: float = 0.3
-    seed: int = 0
+    n: int = ranged(3000, ge=3)  # one expression at least in each split
+    max_depth: int = positive(3)
+    n_classes: int = ranged(10, ge=2)
+    leaf_prob: float = ranged(0.3, ge=0, le=1)
+    seed: int = non_negative(0)
 
 
 @dataclass
@@ -111,40 +184,40 @@ class SSTDataConfig:
     view: SSTView = SSTView.fine
     labels: NodeLabels = NodeLabels.all
     lowercase: bool = False
-    min_count: int = 1
+    min_count: int = positive(1)
     word_vectors: str | None = None
     vector_vocab: bool = False
     neutral_nodes: bool = False
-    limit: int = 0
+    limit: int = non_negative(0)
 
 
 @dataclass
 class TreeLSTMModelConfig:
     _target_: str = "foldexp.models.tree_lstm.TreeLSTMClassifier"
     name: str = "tree_lstm"
-    embed_size: int = 64
-    hidden_size: int = 64
-    dropout: float = 0.0
-    embedding_dropout: float | None = None
+    embed_size: int = positive(64)
+    hidden_size: int = positive(64)
+    dropout: float = probability(0.0)
+    embedding_dropout: float | None = probability(None, none_ok=True)
     freeze_embeddings: bool = False
     node_loss: bool = True
-    embedding_lr: float | None = None
-    embedding_weight_decay: float | None = None
+    embedding_lr: float | None = ranged(None, gt=0, none_ok=True)
+    embedding_weight_decay: float | None = ranged(None, ge=0, none_ok=True)
     embedding_optimizer: EmbeddingOptimizer | None = None
-    recurrent_dropout: float = 0.0
+    recurrent_dropout: float = probability(0.0)
     forget_bias: float = 0.0
-    word_dropout: float = 0.0
-    root_loss_weight: float = 0.0
-    leaf_context_size: int = 0
+    word_dropout: float = probability(0.0)
+    root_loss_weight: float = non_negative(0.0)
+    leaf_context_size: int = non_negative(0)
     static_vectors: bool = False
-    label_smoothing: float = 0.0
+    label_smoothing: float = probability(0.0)
     teacher: list[str] | None = None
-    distill_weight: float = 0.5
+    distill_weight: float = ranged(0.5, ge=0, le=1)
 
 
 @dataclass
 class TrainConfig:
-    seed: int = 0
+    seed: int = non_negative(0)
     task_name: str = "train"
     dataset: Any = MISSING
     model: Any = MISSING
@@ -216,9 +289,9 @@ class SSTSentencesDataConfig:
     data_dir: str = "${paths.data_dir}"
     view: SSTView = SSTView.fine
     lowercase: bool = False
-    min_count: int = 1
+    min_count: int = positive(1)
     word_vectors: str | None = None
-    limit: int = 0
+    limit: int = non_negative(0)
 
 
 @dataclass
@@ -229,9 +302,9 @@ class MoleculeDataConfig:
     data_dir: str = "${paths.data_dir}"
     cache_dir: str | None = "${paths.cache_dir}"
     split: MoleculeSplit = MoleculeSplit.random
-    fractions: list[float] = field(default_factory=lambda: [0.8, 0.1, 0.1])
-    seed: int = 0
-    limit: int = 0
+    fractions: list[float] = ranged([0.8, 0.1, 0.1], ge=0, le=1)
+    seed: int = non_negative(0)
+    limit: int = non_negative(0)
 
 
 @dataclass
@@ -239,21 +312,21 @@ class MarkedSequencesDataConfig:
     _target_: str = "foldexp.train.datasets.marked_sequences"
     name: str = "addition"
     problem: MarkedProblem = MarkedProblem.addition
-    n_train: int = 10000
-    n_dev: int = 1000
-    n_test: int = 1000
-    min_len: int = 50
-    max_len: int = 100
-    seed: int = 0
+    n_train: int = positive(10000)
+    n_dev: int = positive(1000)
+    n_test: int = positive(1000)
+    min_len: int = ranged(50, ge=2)  # two marked values at least
+    max_len: int = ranged(100, ge=2)
+    seed: int = non_negative(0)
 
 
 @dataclass
 class SequenceLSTMModelConfig:
     _target_: str = "foldexp.models.sequence.SequenceLSTMClassifier"
     name: str = "seq_lstm"
-    embed_size: int = 64
-    hidden_size: int = 64
-    dropout: float = 0.0
+    embed_size: int = positive(64)
+    hidden_size: int = positive(64)
+    dropout: float = probability(0.0)
     freeze_embeddings: bool = False
 
 
@@ -261,20 +334,20 @@ class SequenceLSTMModelConfig:
 class WeaveModelConfig:
     _target_: str = "foldexp.models.weave.WeaveRegressor"
     name: str = "weave"
-    layers: int = 2
-    atom_size: int = 50
-    pair_size: int = 50
-    graph_size: int = 128
-    mlp_size: int = 128
+    layers: int = positive(2)
+    atom_size: int = positive(50)
+    pair_size: int = positive(50)
+    graph_size: int = positive(128)
+    mlp_size: int = positive(128)
     pool: Pooling = Pooling.sum
-    dropout: float = 0.0
+    dropout: float = probability(0.0)
 
 
 @dataclass
 class AttentionModelConfig:
     _target_: str = "foldexp.models.attention.AttentionRegressor"
     name: str = "ff_attention"
-    hidden_size: int = 100
+    hidden_size: int = positive(100)
     score: AttentionScore = AttentionScore.tanh
-    dropout: float = 0.0
-    tolerance: float = 0.04
+    dropout: float = probability(0.0)
+    tolerance: float = positive(0.04)

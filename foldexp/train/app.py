@@ -12,6 +12,7 @@ import hydra
 from omegaconf import DictConfig, open_dict
 
 from foldexp.config import CONF_DIR, register_configs
+from foldexp.validate import check_config
 
 __all__ = ["main", "compose_config"]
 
@@ -24,7 +25,7 @@ def main(cfg: DictConfig) -> float | None:
     from foldexp.train.loop import run_train
 
     results = run_train(cfg)
-    return results.get(f"best_{cfg.trainer.select_metric}")
+    return results.get(f"best_{results['select_metric']}")
 
 
 def compose_config(
@@ -47,4 +48,6 @@ def compose_config(
         if output_dir is not None:
             cfg.paths.output_dir = str(output_dir)
         del cfg["hydra"]
+    if config_name == "train":
+        check_config(cfg)
     return cfg

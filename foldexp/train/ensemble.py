@@ -24,19 +24,25 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
 
 from foldexp.train.artifacts import write_json, write_text
+from foldexp.train.build import build_dataset, build_model, read_json
 from foldexp.train.checkpoint import load_checkpoint
+from foldexp.validate import ConfigError, check_registered
 
 __all__ = ["dataset_key", "find_runs", "load_run_model", "run_bundles", "run_ensemble"]
 
 SPLITS = ("train", "dev", "test")
 
 
-def find_runs(dirs: Sequence[str | Path]) -> list[tuple[Path, dict[str, Any]]]:
+def find_runs(
+    dirs: Sequence[str | Path], allow_targets: Sequence[str] = ()
+) -> list[tuple[Path, dict[str, Any]]]:
     """Each run folder under ``dirs`` (one holding ``results.json`` and ``checkpoints/best.pt``)
-    with the resolved config its ``results.json`` records, sorted by seed, then path."""
+    with the resolved config its ``results.json`` records, sorted by seed, then path.
+
+    The folders are untrusted: a config naming a ``_target_`` outside foldexp's registry (and
+    ``allow_targets``) is refused before anything is built from it."""
     paths: set[Path] = set()
     for d in map(Path, dirs):
         if not d.exists():
@@ -52,9 +58,11 @@ def find_runs(dirs: Sequence[str | Path]) -> list[tuple[Path, dict[str, Any]]]:
             raise FileNotFoundError(
                 f"foldexp ensemble: {run} has results.json but no checkpoints/best.pt"
             )
-        config = json.loads((run / "results.json").read_text()).get("config")
+        results = read_json(run / "results.json")
+        config = results.get("config") if isinstance(results, dict) else None
         if not isinstance(config, dict) or "dataset" not in config or "model" not in config:
-            raise ValueError(f"foldexp ensemble: {run / 'results.json'} has no resolved config")
+            raise ConfigError(f"foldexp ensemble: {run / 'results.json'} has no resolved config")
+        check_registered(config, str(run / "results.json"), allowed=set(allow_targets))
         runs.append((run, config))
     return sorted(runs, key=lambda rc: (rc[1].get("seed", 0), str(rc[0])))
 
@@ -82,7 +90,7 @@ def run_bundles(
     for run, config in runs:
         if dataset_key(config) in bundles:
             continue
-        bundle = bundles[dataset_key(config)] = instantiate(config["dataset"], _convert_="all")
+        bundle = bundles[dataset_key(config)] = build_dataset(config["dataset"])
         if examples is None:
             examples = list(getattr(bundle, split))
         elif list(getattr(bundle, split)) != list(examples):
@@ -100,7 +108,7 @@ def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 def load_run_model(run: Path, config: dict[str, Any], bundle: Any) -> Any:
     """The run's model, rebuilt from its resolved ``config`` over ``bundle`` (its dataset), with
     the weights of ``checkpoints/best.pt``, in evaluation mode."""
-    model = instantiate(config["model"], **bundle.info, _convert_="all")
+    model = build_model(config["model"], bundle.info)
     load_checkpoint(run / "checkpoints" / "best.pt", model, restore_rng=False)
     return model.eval()
 
@@ -135,6 +143,7 @@ def run_ensemble(
     split: str = "test",
     out_dir: str | Path | None = None,
     batch_size: int = 256,
+    allow_targets: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Scores the average of the runs' root probabilities on ``split``; writes
     ``ensemble.json`` and ``ensemble.md`` into ``out_dir`` (default: the first folder)."""
@@ -142,7 +151,7 @@ def run_ensemble(
         raise ValueError(
             f"foldexp ensemble: --split {split!r}; expected one of {', '.join(SPLITS)}"
         )
-    runs = find_runs(dirs)
+    runs = find_runs(dirs, allow_targets)
 
     def mismatch(run: Path, keys: str) -> str:
         return (

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from foldexp.train import distributed as dd
 from foldexp.train.loaders import RunLoaders
 from foldexp.train.sampler import ShardedBatchSampler
+from foldexp.validate import plain
 
 __all__ = ["evaluate", "improves", "progress_bar"]
 
@@ -54,7 +55,7 @@ def evaluate(
         sizes or [1] * len(examples),
         ctx.rank,
         ctx.world_size,
-        str(tc.balance),
+        plain(tc.balance),
         limit=tc.limit_batches,
         pad=False,
     )

@@ -24,7 +24,6 @@ it). Evaluation is sharded the same way and the summed statistics are gathered.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import time
@@ -37,15 +36,19 @@ from omegaconf import DictConfig, OmegaConf
 
 from foldexp.kernels import keep_freed_memory, set_onednn_enabled
 from foldexp.train import distributed as dd
-from foldexp.train.artifacts import plot_curves, write_json, write_metrics_csv
-from foldexp.train.checkpoint import load_checkpoint, seed_everything
+from foldexp.train.artifacts import plot_curves, read_verified_json, write_json, write_metrics_csv
+from foldexp.train.build import build_dataset, build_model, write_run_info
+from foldexp.train.checkpoint import load_checkpoint, read_checkpoint, seed_everything
 from foldexp.train.distill import teacher_targets
 from foldexp.train.ema import ParamAverage
 from foldexp.train.evaluate import evaluate, improves, progress_bar
 from foldexp.train.loaders import RunLoaders
 from foldexp.train.optim import build_optimizer, param_groups
-from foldexp.train.resume import restore_run, save_run, seed_rank
-from foldexp.train.sampler import BALANCE_MODES, ShardedBatchSampler, example_sizes
+from foldexp.train.preflight import check_bundle, resolve_selection
+from foldexp.train.resume import restore_run, run_config, save_run, seed_rank
+from foldexp.train.rundir import claim_run_dir, repair_metrics
+from foldexp.train.sampler import ShardedBatchSampler, example_sizes
+from foldexp.validate import check_config, plain
 
 __all__ = ["run_train", "TrainingDiverged", "resolve_device"]
 
@@ -68,28 +71,8 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _check_choice(value: Any, choices: tuple[str, ...], key: str) -> str:
-    value = str(getattr(value, "value", value))
-    if value not in choices:
-        raise ValueError(f"{key}={value!r}; expected one of {', '.join(choices)}")
-    return value
-
-
-# Model keys that may not be negative (0 turns the feature off), and probabilities besides the
-# ``*dropout`` keys.
-_NON_NEGATIVE = ("root_loss_weight", "leaf_context_size")
-_PROBABILITIES = ("label_smoothing", "distill_weight")
-
-
-def _check_model_values(model_cfg: Any) -> None:
-    """Every ``model.*dropout`` and ``_PROBABILITIES`` key is a probability and the
-    ``_NON_NEGATIVE`` keys are >= 0; fails before the data is loaded."""
-    for key, value in model_cfg.items():
-        probability = str(key).endswith("dropout") or key in _PROBABILITIES
-        if probability and value is not None and not 0.0 <= value < 1.0:
-            raise ValueError(f"model.{key}={value}; expected a probability 0 <= p < 1")
-        if key in _NON_NEGATIVE and value < 0:
-            raise ValueError(f"model.{key}={value}; expected >= 0 (0: off)")
+def _check_teachers(model_cfg: Any) -> None:
+    """A distillation preset must name its teachers, and they must exist."""
     teachers = model_cfg.get("teacher")
     if teachers is not None and not teachers:  # a distillation preset, its teachers not given
         raise ValueError(
@@ -109,11 +92,9 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     job) this process is one of the ranks.
     """
     tc = cfg.trainer
-    strategy = _check_choice(tc.strategy, dd.STRATEGIES, "trainer.strategy")
-    _check_choice(tc.balance, BALANCE_MODES, "trainer.balance")
-    if not 0.0 <= tc.ema_decay < 1.0:
-        raise ValueError(f"trainer.ema_decay={tc.ema_decay}; expected 0 <= decay < 1 (0: off)")
-    _check_model_values(cfg.model)
+    check_config(cfg)
+    strategy = plain(tc.strategy)
+    _check_teachers(cfg.model)
     dd.export_submitit_env()  # a submitit job of several tasks: they are the ranks
     world = dd.launched_world_size()
     if world > 1 and strategy != "ddp":
@@ -124,13 +105,15 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     if strategy == "ddp" and world == 1 and tc.processes > 1:
         resolve_device(cfg.device.name)  # fail here, not in N processes
         dd.spawn(run_train, cfg, tc.processes)
-        return json.loads((Path(cfg.paths.output_dir) / "results.json").read_text())
+        return read_verified_json(Path(cfg.paths.output_dir) / "results.json")
     device = resolve_device(cfg.device.name)
     if world == 1:
-        return _train(cfg, dd.DistContext(), device)
+        with claim_run_dir(cfg, dd.DistContext()):  # locks the run folder for the run's life
+            return _train(cfg, dd.DistContext(), device)
     ctx, device = dd.setup(device)
     try:
-        return _train(cfg, ctx, device)
+        with claim_run_dir(cfg, ctx):
+            return _train(cfg, ctx, device)
     finally:
         dd.teardown()
 
@@ -162,19 +145,20 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
         out_dir.mkdir(parents=True, exist_ok=True)
     seed_everything(cfg.seed)  # the same on every rank: identical initial parameters
 
-    bundle = instantiate(cfg.dataset, _convert_="all")
+    bundle = build_dataset(cfg.dataset)
     log.info("dataset %s: %s", cfg.dataset.name, bundle.sizes())
-    model = instantiate(cfg.model, **bundle.info, _convert_="all").to(device)
+    check_bundle(bundle, cfg)
+    model = build_model(cfg.model, bundle.info).to(device)
+    if ctx.is_main:
+        write_run_info(out_dir, cfg, bundle.info)
     if getattr(model, "teacher", None):
         targets = teacher_targets(list(model.teacher), bundle.train, tc.eval_batch_size)
         model.set_soft_targets(targets)
         log.info("model.teacher: soft targets for %d distinct nodes", len(targets))
     optimizer = build_optimizer(instantiate(cfg.optimizer), param_groups(model, cfg.optimizer.lr))
-    select, better = (
-        tc.select_metric,
-        (max if str(getattr(tc.select_mode, "value", tc.select_mode)) == "max" else min),
-    )
-    balance = str(tc.balance)
+    select, mode = resolve_selection(model, bundle, cfg)
+    better = max if mode == "max" else min
+    balance = plain(tc.balance)
     # Example sizes balance the shards; a single process needs none.
     sizes = {
         name: example_sizes(model, split) if ctx.enabled else None
@@ -200,13 +184,16 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
     # Evaluation (and best.pt) use the parameter average when there is one (``ema.py``).
     ema = ParamAverage(model, tc.ema_decay) if tc.ema_decay else None
     states = {"ema": ema} if ema is not None else {}
-    restored = restore_run(ctx, last, model, optimizer, states) if tc.resume else None
+    config = run_config(cfg)  # stored in every checkpoint; a resume must match it
+    restored = restore_run(ctx, last, model, optimizer, states, config) if tc.resume else None
     resumed = restored is not None
     if restored is not None:
         progress = restored
         log.info(
             "resumed from %s at epoch %d, batch %d", last, progress["epoch"], progress["batch"]
         )
+        if ctx.is_main:  # a kill between last.pt and metrics.csv left the CSV a row short
+            repair_metrics(out_dir, progress["history"], tc.plots)
     elif tc.resume:
         log.info("trainer.resume=true but %s does not exist: starting afresh", last)
 
@@ -218,7 +205,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
         ledger = dd.RankLedger(ctx, out_dir / "ranks.csv", fresh=not resumed)
 
     def checkpoint(path: Path) -> None:
-        save_run(ctx, path, model, optimizer, progress, states)
+        save_run(ctx, path, model, optimizer, progress, states, config)
 
     loaders = RunLoaders(model, tc.num_workers, cfg.seed)
     started = time.perf_counter()
@@ -354,15 +341,12 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
     if not ctx.enabled:
         load_checkpoint(ckpt_dir / "best.pt", model, restore_rng=False)
     else:
-        best = (
-            torch.load(ckpt_dir / "best.pt", map_location="cpu", weights_only=True)["model"]
-            if ctx.is_main
-            else None
-        )
+        best = read_checkpoint(ckpt_dir / "best.pt")["model"] if ctx.is_main else None
         model.load_state_dict(dd.broadcast(ctx, best))
     results: dict[str, Any] = {
         "best_epoch": progress["best_epoch"],
         f"best_{select}": progress["best"],
+        "select_metric": select,
         **evaluate(model, bundle.test, cfg, device, "test", ctx, sizes["test"], loaders),
         "epochs_run": len(progress["history"]),
         "steps": progress["step"],

@@ -15,7 +15,7 @@ ROOT = Path(foldexp.__file__).parent
 RANK = {
     "types": 0, "kernels": 0, "blocks": 1, "compiler": 2, "executor": 3, "testing": 4, "models": 4,
     "data": 4, "config": 5, "train": 5, "bench": 5, "demo": 5, "cli": 6, "__main__": 6,
-    "__init__": 3, "conf": 5,
+    "__init__": 3, "conf": 5, "validate": 5,
 }  # fmt: skip
 
 

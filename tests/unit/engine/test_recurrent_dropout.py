@@ -107,7 +107,5 @@ def test_training_with_recurrent_dropout_draws_masks_per_step() -> None:
 
 @pytest.mark.parametrize("key", ["recurrent_dropout", "dropout", "embedding_dropout"])
 def test_a_dropout_outside_0_1_fails_before_any_work(key: str, tmp_path: Path) -> None:
-    cfg = compose_config(["experiment=sst_treelstm", f"model.{key}=1.5"], tmp_path)
-    cfg.paths.data_dir = str(tmp_path / "no_data_here")  # reading data would fail otherwise
-    with pytest.raises(ValueError, match=f"model.{key}=1.5; expected a probability"):
-        run_train(cfg)
+    with pytest.raises(ValueError, match=f"model.{key}=1.5; expected 0 <= value < 1"):
+        compose_config(["experiment=sst_treelstm", f"model.{key}=1.5"], tmp_path)

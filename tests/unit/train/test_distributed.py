@@ -92,10 +92,12 @@ def test_example_sizes_use_the_model_hook_then_tree_size() -> None:
     assert example_sizes(Model(), [(1, 2), (3,)]) == [2, 1]
 
 
-def test_bad_strategy_fails_before_work(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="trainer.strategy='horovod'"):
-        run_train(compose_config([*TINY, "trainer.strategy=horovod"], tmp_path))
-    assert not (tmp_path / "checkpoints").exists()
+def test_bad_strategy_fails_at_compose_time(tmp_path: Path) -> None:
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match="trainer.strategy=horovod") as err:
+        compose_config([*TINY, "trainer.strategy=horovod"], tmp_path)
+    assert "expected one of [single, ddp]" in str(err.value.__cause__)
 
 
 def test_torchrun_env_without_ddp_strategy_fails(tmp_path: Path, monkeypatch) -> None:

@@ -98,7 +98,7 @@ def test_nan_loss_stops_with_message_and_keeps_checkpoint(tmp_path: Path, monkey
 
     def poisoned(self, batch):  # type: ignore[no-untyped-def]
         out = real(self, batch)
-        calls["n"] += 1
+        calls["n"] += self.training  # training steps only: the run also scores a dev batch first
         if self.training and calls["n"] > 3:
             out["loss"] = out["loss"] * float("nan")
         return out

@@ -1,0 +1,82 @@
+"""``foldexp eval RUN_DIR [key=value …]``: scores a trained run on a split or another file.
+
+The run's model comes back from its folder (``build.load_trained``: the saved vocabulary, target
+statistics and best weights), the dataset from the run's own dataset config with the given
+overrides (``dataset.path=new.csv``, ``dataset.limit=100``, ``trainer.eval_batch_size=64``).
+Overrides are checked like a training config (ranges, unknown keys); the rebuilt dataset must
+describe the same task (classes, targets, features) as the one the model was trained on. The
+metrics go to ``eval.json`` (in the run folder, or ``--out``) and are returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from foldexp.train.artifacts import write_json
+from foldexp.train.build import build_dataset, load_trained
+from foldexp.train.evaluate import evaluate
+from foldexp.validate import ConfigError, check_config
+
+__all__ = ["run_eval", "SPLITS"]
+
+SPLITS = ("train", "dev", "test")
+# ``info`` entries that say what the model predicts: a dataset that differs in them is another task.
+_TASK_KEYS = ("num_classes", "task", "target_names", "class_names", "num_targets")
+_ALLOWED_GROUPS = ("dataset.", "trainer.")
+
+
+def _merged_config(saved: dict[str, Any], overrides: Sequence[str]) -> Any:
+    for item in overrides:
+        key = item.split("=", 1)[0].lstrip("+")
+        if "=" not in item or not key.startswith(_ALLOWED_GROUPS):
+            raise ConfigError(
+                f"foldexp eval: {item!r}: expected KEY=VALUE with a dataset.* or trainer.* key"
+            )
+    cfg = OmegaConf.merge(
+        OmegaConf.create(saved),
+        OmegaConf.from_dotlist([o.lstrip("+") for o in overrides]),
+    )
+    check_config(cfg)
+    return cfg
+
+
+def _check_same_task(trained: dict[str, Any], now: dict[str, Any], run: Path) -> None:
+    for key in _TASK_KEYS:
+        if key in trained and key in now and trained[key] != now[key]:
+            raise ConfigError(
+                f"foldexp eval: the dataset gives {key}={now[key]!r} but {run} was trained "
+                f"with {key}={trained[key]!r}"
+            )
+
+
+def run_eval(
+    run_dir: str | Path,
+    overrides: Sequence[str] = (),
+    split: str = "test",
+    out: str | Path | None = None,
+    allow_targets: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Scores the run's best weights on ``split`` of its (overridden) dataset; writes
+    ``eval.json`` and returns the metrics."""
+    if split not in SPLITS:
+        raise ConfigError(f"--split={split!r}; expected one of {', '.join(SPLITS)}")
+    run = load_trained(run_dir, allow_targets)
+    cfg = _merged_config(run.config, overrides)
+    bundle = build_dataset(cfg.dataset)
+    _check_same_task(run.info, bundle.info, run.folder)
+    examples = getattr(bundle, split)
+    metrics = evaluate(run.model, examples, cfg, torch.device("cpu"), split)
+    result = {
+        "run": str(run.folder),
+        "split": split,
+        "examples": len(examples),
+        "overrides": list(overrides),
+        **metrics,
+    }
+    write_json(Path(out) if out else run.folder / "eval.json", result)
+    return result

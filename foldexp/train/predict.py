@@ -1,0 +1,169 @@
+"""``foldexp predict RUN_DIR INPUT``: a trained run's predictions for new inputs, as a CSV.
+
+INPUT is a CSV or CSV.gz holding the run's input column (its SMILES or text column, or
+``--column``), a PTB file (one tree a line) for tree models, a plain text file with one input a
+line, or ``-`` for standard input. The output has the input, then one column per target or
+class (``prediction_columns()``: values in the targets' units, or class probabilities), then
+``error``: an input that cannot be read (an invalid SMILES, a malformed tree) gets a row with
+its error and empty predictions, never a failure of the whole file.
+
+Inputs are batched through the engine (``collate`` + ``predict``), ``batch_size`` at a time; a
+batch that fails as a whole is retried one input at a time, so one bad input costs its row only.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from foldexp.blocks import InputError
+from foldexp.train.artifacts import write_text
+from foldexp.train.build import TrainedRun, load_trained
+
+__all__ = ["run_predict", "read_inputs", "input_reader"]
+
+Parsed = list[tuple[Any | None, str | None]]
+
+
+def input_reader(run: TrainedRun) -> tuple[str | None, Callable[[list[str]], Parsed]]:
+    """The run's input column (``None``: one input a line) and its parser (texts → examples)."""
+    dataset = run.config["dataset"]
+    target = str(dataset.get("_target_", ""))
+    if "smiles_column" in dataset:
+        from foldexp.train.molecule_data import molecule_inputs
+
+        return str(dataset["smiles_column"]), molecule_inputs
+    if "text_column" in dataset:
+        from foldexp.train.text_data import text_inputs
+
+        def texts(values: list[str]) -> Parsed:
+            return text_inputs(values, dataset.get("tokenizer", "whitespace"), dataset["lowercase"])
+
+        return str(dataset["text_column"]), texts
+    if target.endswith(("trees_ptb", ".sst")):
+        from foldexp.train.tree_data import tree_inputs
+
+        return None, tree_inputs
+    raise ValueError(
+        f"foldexp predict: {run.folder} was trained on {target}, whose inputs predict cannot "
+        "read (it reads molecule CSVs, text CSVs and PTB trees)"
+    )
+
+
+def _open_text(path: str) -> io.TextIOBase:
+    if path == "-":
+        return sys.stdin  # type: ignore[return-value]
+    with open(path, "rb") as f:
+        gzipped = f.read(2) == b"\x1f\x8b"
+    raw = gzip.open(path, "rb") if gzipped else open(path, "rb")  # noqa: SIM115
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+
+
+def read_inputs(path: str, column: str | None) -> tuple[str, list[str]]:
+    """``(column name, inputs)``: the column of a CSV whose header has it, else every non-empty
+    line. A non-UTF-8 file fails naming its line."""
+    with _open_text(path) as f:
+        try:
+            text = f.read()
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8"
+            ) from None
+    lines = text.splitlines()
+    if column is not None and lines:
+        header = next(csv.reader([lines[0]]))
+        if column in [h.strip() for h in header]:
+            reader = csv.DictReader(io.StringIO(text))
+            reader.fieldnames = [h.strip() for h in reader.fieldnames or []]
+            values = []
+            for row in reader:
+                value = row.get(column)
+                values.append("" if value is None else value.strip())
+            return column, values
+    return column or "input", [line.strip() for line in lines if line.strip()]
+
+
+def _predict_batch(run: TrainedRun, examples: Sequence[Any]) -> torch.Tensor:
+    with torch.no_grad():
+        return run.model.predict(run.model.collate(list(examples))).detach().cpu()
+
+
+def _predict_all(run: TrainedRun, parsed: Parsed, batch_size: int, progress: bool) -> list[Any]:
+    """One entry per input: a row of predictions or an error message."""
+    results: list[Any] = [error for _, error in parsed]
+    valid = [i for i, (example, _) in enumerate(parsed) if example is not None]
+    starts = range(0, len(valid), batch_size)
+    for start in tqdm(starts, desc="predict", unit="batch", disable=not progress):
+        chunk = valid[start : start + batch_size]
+        try:
+            rows = _predict_batch(run, [parsed[i][0] for i in chunk])
+        except (InputError, ValueError, KeyError, IndexError):
+            rows = None  # retried one at a time below, so only the bad input loses its row
+        for k, i in enumerate(chunk):
+            if rows is not None:
+                results[i] = rows[k].tolist()
+                continue
+            try:
+                results[i] = _predict_batch(run, [parsed[i][0]])[0].tolist()
+            except (InputError, ValueError, KeyError, IndexError) as exc:
+                results[i] = f"{type(exc).__name__}: {exc}"
+    return results
+
+
+def _csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def run_predict(
+    run_dir: str | Path,
+    input_path: str,
+    output: str | Path | None = None,
+    *,
+    column: str | None = None,
+    batch_size: int = 256,
+    allow_targets: Sequence[str] = (),
+    progress: bool | None = None,
+) -> list[dict[str, Any]]:
+    """Predicts every input of ``input_path``; writes the CSV to ``output`` (stdout if None)
+    and returns its rows as dicts."""
+    if batch_size < 1:
+        raise ValueError(f"--batch-size={batch_size}; expected a value >= 1")
+    run = load_trained(run_dir, allow_targets)
+    if not callable(getattr(run.model, "predict", None)):
+        raise TypeError(
+            f"foldexp predict: {type(run.model).__name__} has no predict(batch) method "
+            "(foldexp.models.contract)"
+        )
+    run_column, parse = input_reader(run)
+    name, values = read_inputs(input_path, column or run_column)
+    columns = list(run.model.prediction_columns())
+    outcomes = _predict_all(run, parse(values), batch_size, _show(progress))
+    header = [name, *columns, "error"]
+    rows = []
+    for value, outcome in zip(values, outcomes):
+        if isinstance(outcome, list):
+            rows.append([value, *outcome, ""])
+        else:
+            rows.append([value, *([""] * len(columns)), outcome or "unreadable input"])
+    text = _csv_text(header, rows)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        write_text(output, text)
+    return [dict(zip(header, row)) for row in rows]
+
+
+def _show(progress: bool | None) -> bool:
+    return sys.stderr.isatty() if progress is None else progress

@@ -1,0 +1,184 @@
+"""Config checks and the registry of buildable targets.
+
+``check_config(cfg)`` runs right after Hydra composes a training config, before any data is read:
+every numeric key with a range in its schema (``foldexp.config.ranged``) must lie in it, and the
+``dataset`` and ``model`` nodes may hold only the keys their schema (or, for a model of the
+user's own, its constructor) takes — so ``+dataset.pth=…`` fails naming the keys that exist
+instead of being ignored. Errors are ``ConfigError``s naming the key, the value and what is
+allowed.
+
+``TARGETS`` is foldexp's own registry: the dataset builders, models and optimizers a config may
+name. A config read back from a run folder (``results.json``, ``run_config.json``) is untrusted:
+``check_registered`` refuses any ``_target_`` outside the registry, anywhere in it, naming the
+file and the key, so a crafted run folder cannot make ``foldexp ensemble``/``predict`` call
+arbitrary code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from collections.abc import Callable, Mapping
+from enum import Enum
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from foldexp import config as schemas
+
+__all__ = [
+    "ConfigError",
+    "TARGETS",
+    "check_config",
+    "check_registered",
+    "import_target",
+    "plain",
+    "schema_for",
+]
+
+
+class ConfigError(ValueError):
+    """A config value outside its valid range, an unknown key or an unregistered target."""
+
+
+def _defaults_target(cls: type) -> str:
+    return next(f.default for f in dataclasses.fields(cls) if f.name == "_target_")
+
+
+_DATASET_SCHEMAS = (
+    schemas.CalculatorDataConfig,
+    schemas.SSTDataConfig,
+    schemas.SSTSentencesDataConfig,
+    schemas.MoleculeDataConfig,
+    schemas.MarkedSequencesDataConfig,
+)
+_MODEL_SCHEMAS = (
+    schemas.TreeLSTMModelConfig,
+    schemas.SequenceLSTMModelConfig,
+    schemas.WeaveModelConfig,
+    schemas.AttentionModelConfig,
+)
+_OPTIMIZERS = ("torch.optim.Adam", "torch.optim.AdamW", "torch.optim.Adagrad", "torch.optim.SGD")
+
+#: ``_target_`` → its schema (``None`` for optimizers, whose keys the optimizer schema checks).
+TARGETS: dict[str, type | None] = {
+    **{_defaults_target(c): c for c in (*_DATASET_SCHEMAS, *_MODEL_SCHEMAS)},
+    **dict.fromkeys(_OPTIMIZERS),
+}
+
+_GROUP_SCHEMAS = {
+    "trainer": schemas.TrainerConfig,
+    "optimizer": schemas.OptimizerConfig,
+    "device": schemas.DeviceConfig,
+}
+
+
+def plain(value: Any) -> Any:
+    """An enum config value as its plain string (OmegaConf keeps enum members)."""
+    return value.value if isinstance(value, Enum) else value
+
+
+def schema_for(target: str) -> type | None:
+    """The schema of a registered dataset or model target, else ``None``."""
+    return TARGETS.get(target)
+
+
+def import_target(target: str) -> Callable[..., Any]:
+    """The callable a dotted ``_target_`` names (``pkg.module.attr``)."""
+    module, _, attr = target.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"_target_={target!r} cannot be imported: {exc}") from None
+
+
+def check_registered(
+    config: Mapping[str, Any],
+    source: str,
+    path: str = "",
+    allowed: set[str] | frozenset[str] = frozenset(),
+) -> None:
+    """Refuses a config (read from ``source``) naming any ``_target_`` outside ``TARGETS``
+    and ``allowed`` (targets the caller trusts, e.g. ``--allow-target my.Model``)."""
+    for key, value in config.items():
+        where = f"{path}.{key}" if path else str(key)
+        if key == "_target_" and value not in TARGETS and value not in allowed:
+            raise ConfigError(
+                f"{source}: {where}={value!r} is not one of foldexp's registered targets; a run "
+                "folder can only name foldexp's own datasets, models and optimizers (it may come "
+                "from someone else, so it is never used to import code). For a model of your own, "
+                "pass --allow-target " + str(value)
+            )
+        if isinstance(value, Mapping):
+            check_registered(value, source, where, allowed)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, Mapping):
+                    check_registered(item, source, f"{where}[{i}]", allowed)
+
+
+def _check_value(key: str, value: Any, spec: dataclasses.Field) -> None:
+    rng = spec.metadata.get("range")
+    if rng is None or (isinstance(value, str) and value.startswith("${")):
+        return  # an interpolation (``dataset.seed: ${seed}``) is checked where it points
+    if value is None:
+        if spec.metadata.get("none_ok"):
+            return
+        raise ConfigError(f"{key}=null; expected a number with {rng.describe()}")
+    values = value if isinstance(value, (list, ListConfig)) else [value]
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not rng.allows(v):
+            raise ConfigError(f"{key}={value}; expected {rng.describe()}")
+
+
+def _check_node(prefix: str, node: Mapping[str, Any], schema: type) -> None:
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    unknown = sorted(k for k in node if k not in fields)
+    if unknown:
+        raise ConfigError(
+            f"{prefix}.{unknown[0]} is not a key of {prefix} ({schema.__name__}); "
+            f"its keys are {', '.join(k for k in fields if k != '_target_')}"
+        )
+    for key, spec in fields.items():
+        if key in node:
+            _check_value(f"{prefix}.{key}", node[key], spec)
+
+
+def _check_user_model(node: Mapping[str, Any]) -> None:
+    """A model of the user's own: its keys must be constructor parameters."""
+    target = node.get("_target_")
+    if not target:
+        raise ConfigError("model._target_ is missing: name the model class, e.g. my_pkg.MyModel")
+    params = inspect.signature(import_target(str(target))).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    takes = [n for n in params if n != "self"]
+    for key in node:
+        if key not in ("_target_", "name") and key not in params:
+            raise ConfigError(
+                f"model.{key} is not a parameter of {target}; it takes {', '.join(takes)}"
+            )
+
+
+def check_config(cfg: DictConfig | Mapping[str, Any]) -> None:
+    """Checks a composed training config; raises ``ConfigError`` naming the first bad key."""
+    node = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
+    _check_value("seed", node.get("seed", 0), dataclasses.fields(schemas.TrainConfig)[0])
+    for group, schema in _GROUP_SCHEMAS.items():
+        if group in node:
+            _check_node(group, node[group], schema)
+    for group in ("dataset", "model"):
+        sub = node.get(group)
+        if not isinstance(sub, Mapping):
+            continue
+        schema = schema_for(str(sub.get("_target_")))
+        if schema is not None:
+            _check_node(group, sub, schema)
+        elif group == "model":
+            _check_user_model(sub)
+        else:
+            raise ConfigError(
+                f"dataset._target_={sub.get('_target_')!r} is not a foldexp dataset; "
+                f"the datasets are {', '.join(_defaults_target(c) for c in _DATASET_SCHEMAS)}"
+            )

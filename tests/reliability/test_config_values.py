@@ -1,0 +1,109 @@
+"""Every config value is checked: ranges at compose time, data-dependent checks before step 1.
+
+Each case below was accepted by foldexp before these checks and then trained wrongly (gradient
+ascent for a negative clip), dropped data silently (a negative limit) or crashed late with an
+unrelated error (``KeyError: 'root_correct'``, ``ZeroDivisionError``, a oneDNN descriptor error).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+from pathlib import Path
+
+import pytest
+
+from foldexp import config as schemas
+from foldexp.train.app import compose_config
+from foldexp.train.loop import run_train
+from foldexp.validate import TARGETS, ConfigError
+
+OUT_OF_RANGE = [
+    ("trainer.grad_clip=-1", "a value >= 0"),
+    ("trainer.batch_size=0", "a value > 0"),
+    ("trainer.batch_size=-5", "a value > 0"),
+    ("trainer.eval_batch_size=0", "a value > 0"),
+    ("trainer.epochs=0", "a value > 0"),
+    ("trainer.epochs=-1", "a value > 0"),
+    ("dataset.n=0", "a value >= 3"),
+    ("trainer.limit_batches=-1", "a value >= 0"),
+    ("model.hidden_size=0", "a value > 0"),
+    ("optimizer.lr=-1", "a value > 0"),
+    ("optimizer.weight_decay=-1", "a value >= 0"),
+    ("trainer.num_workers=-1", "a value >= 0"),
+    ("trainer.patience=-1", "a value >= 0"),
+    ("trainer.ema_decay=1.0", "0 <= value < 1"),
+    ("model.dropout=1.5", "0 <= value < 1"),
+    ("seed=-2", "a value >= 0"),
+]
+
+
+@pytest.mark.parametrize(("override", "allowed"), OUT_OF_RANGE)
+def test_out_of_range_values_fail_at_compose_time(
+    tmp_path: Path, override: str, allowed: str
+) -> None:
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError) as err:
+        compose_config([override], tmp_path)
+    assert str(err.value).startswith(f"{key}=")
+    assert allowed in str(err.value)
+
+
+def test_a_negative_limit_is_refused_not_applied(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"dataset\.limit=-3; expected a value >= 0"):
+        compose_config(["experiment=sst_treelstm", "dataset.limit=-3"], tmp_path)
+
+
+@pytest.mark.parametrize("override", ["+dataset.path=x.csv", "+model.hiden_size=3"])
+def test_unknown_keys_fail_naming_the_keys_that_exist(tmp_path: Path, override: str) -> None:
+    with pytest.raises(ConfigError, match=r"is not a key of .*; its keys are .*"):
+        compose_config([override], tmp_path)
+
+
+def test_every_numeric_schema_key_has_a_range() -> None:
+    """A new numeric key without a range would let a nonsense value through again."""
+    unbounded = {"forget_bias"}  # any real number is a valid initial forget-gate bias
+    classes = [c for c in TARGETS.values() if c is not None]
+    classes += [schemas.TrainerConfig, schemas.OptimizerConfig, schemas.DeviceConfig]
+    missing = [
+        f"{cls.__name__}.{f.name}"
+        for cls in classes
+        for f in dataclasses.fields(cls)
+        if any(t in str(f.type) for t in ("int", "float"))
+        and "range" not in f.metadata
+        and f.name not in unbounded
+    ]
+    assert not missing
+
+
+TINY = ["dataset.n=60", "trainer.epochs=1", "trainer.progress=false", "trainer.plots=false"]
+
+
+def test_an_unknown_select_metric_fails_before_the_first_step(tmp_path: Path) -> None:
+    cfg = compose_config([*TINY, "trainer.select_metric=dev_acc"], tmp_path)
+    with pytest.raises(ConfigError, match=r"dev_acc.*dev_accuracy"):
+        run_train(cfg)
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "metrics.csv").exists()
+
+
+def test_vectors_of_another_width_fail_before_the_first_step(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "sst").mkdir(parents=True)
+    for split in ("train", "dev", "test"):
+        (data / "sst" / f"{split}.txt").write_text("(3 (2 It) (4 good))\n(1 (2 Not) (1 bad))\n")
+    vectors = tmp_path / "vec.txt.gz"
+    with gzip.open(vectors, "wt") as f:
+        f.write("It 0.1 0.2 0.3\ngood 0.3 0.2 0.1\nbad 0.0 0.1 0.0\n")
+    cfg = compose_config(
+        [
+            "experiment=sst_treelstm",
+            f"paths.data_dir={data}",
+            f"dataset.word_vectors={vectors}",
+            "model.embed_size=5",
+            "trainer.progress=false",
+        ],
+        tmp_path / "run",
+    )
+    with pytest.raises(ConfigError, match=r"3-d vectors but model\.embed_size=5"):
+        run_train(cfg)
+    assert not (tmp_path / "run" / "checkpoints").exists()
