@@ -155,6 +155,7 @@ class TrainerConfig:
     processes: int = positive(1)
     balance: Balance = Balance.nodes
     find_unused_parameters: bool = True
+    log_every_s: float = non_negative(30.0)
 
 
 @dataclass
@@ -216,6 +217,22 @@ class TreeLSTMModelConfig:
 
 
 @dataclass
+class CsvLoggerConfig:
+    """``metrics.csv`` and its plots; no options of its own (``trainer.plots`` draws)."""
+
+
+@dataclass
+class TensorBoardLoggerConfig:
+    log_every_n_steps: int = positive(10)
+
+
+@dataclass
+class LoggerConfig:
+    csv: CsvLoggerConfig | None = None
+    tensorboard: TensorBoardLoggerConfig | None = None
+
+
+@dataclass
 class TrainConfig:
     seed: int = non_negative(0)
     task_name: str = "train"
@@ -225,6 +242,7 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     device: DeviceConfig = field(default_factory=DeviceConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
 
 
 _registered = False
@@ -245,7 +263,7 @@ def register_configs() -> None:
     cs.store(group="dataset", name="sst_schema", node=SSTDataConfig)
     cs.store(group="model", name="tree_lstm_schema", node=TreeLSTMModelConfig)
     cs.store(group="dataset", name="sst_sentences_schema", node=SSTSentencesDataConfig)
-    cs.store(group="dataset", name="molecules_schema", node=MoleculeDataConfig)
+    cs.store(group="dataset", name="molecules_csv_schema", node=MoleculeDataConfig)
     cs.store(group="dataset", name="marked_sequences_schema", node=MarkedSequencesDataConfig)
     cs.store(group="model", name="seq_lstm_schema", node=SequenceLSTMModelConfig)
     cs.store(group="model", name="weave_schema", node=WeaveModelConfig)
@@ -257,14 +275,20 @@ def register_configs() -> None:
 # feed-forward attention experiments (registered in register_configs above)
 
 
-class MoleculeSet(str, Enum):
-    esol = "esol"
-    freesolv = "freesolv"
+class MoleculeTask(str, Enum):
+    regression = "regression"
+    classification = "classification"
+
+
+class OnInvalid(str, Enum):
+    error = "error"
+    skip = "skip"
 
 
 class MoleculeSplit(str, Enum):
     random = "random"
     scaffold = "scaffold"
+    column = "column"
 
 
 class MarkedProblem(str, Enum):
@@ -296,15 +320,22 @@ class SSTSentencesDataConfig:
 
 @dataclass
 class MoleculeDataConfig:
-    _target_: str = "foldexp.train.datasets.molecules"
-    name: str = "esol"
-    source: MoleculeSet = MoleculeSet.esol
-    data_dir: str = "${paths.data_dir}"
-    cache_dir: str | None = "${paths.cache_dir}"
+    """``molecules_csv``: any molecule CSV (ESOL and FreeSolv are presets of it)."""
+
+    _target_: str = "foldexp.train.molecule_data.molecules_csv"
+    name: str = "molecules_csv"
+    path: str = MISSING  # the CSV or CSV.gz file
+    smiles_column: str = "smiles"
+    targets: list[str] = MISSING  # one column per target
+    task: MoleculeTask = MoleculeTask.regression
+    on_invalid: OnInvalid = OnInvalid.error
     split: MoleculeSplit = MoleculeSplit.random
+    split_column: str | None = None  # split=column: train / valid (dev) / test per row
     fractions: list[float] = ranged([0.8, 0.1, 0.1], ge=0, le=1)
     seed: int = non_negative(0)
     limit: int = non_negative(0)
+    cache_dir: str | None = "${paths.cache_dir}"
+    balance: bool = False  # classification: weight positives by negatives / positives on train
 
 
 @dataclass
@@ -332,7 +363,7 @@ class SequenceLSTMModelConfig:
 
 @dataclass
 class WeaveModelConfig:
-    _target_: str = "foldexp.models.weave.WeaveRegressor"
+    _target_: str = "foldexp.models.weave.WeaveModel"
     name: str = "weave"
     layers: int = positive(2)
     atom_size: int = positive(50)

@@ -168,6 +168,9 @@ def check_config(cfg: DictConfig | Mapping[str, Any]) -> None:
     for group, schema in _GROUP_SCHEMAS.items():
         if group in node:
             _check_node(group, node[group], schema)
+    board = (node.get("logger") or {}).get("tensorboard")
+    if board is not None:
+        _check_node("logger.tensorboard", board, schemas.TensorBoardLoggerConfig)
     for group in ("dataset", "model"):
         sub = node.get(group)
         if not isinstance(sub, Mapping):

@@ -43,6 +43,7 @@ from foldexp.train.distill import teacher_targets
 from foldexp.train.ema import ParamAverage
 from foldexp.train.evaluate import evaluate, improves, progress_bar
 from foldexp.train.loaders import RunLoaders
+from foldexp.train.loggers import ProgressLog, RunLoggers
 from foldexp.train.optim import build_optimizer, param_groups
 from foldexp.train.preflight import check_bundle, resolve_selection
 from foldexp.train.resume import restore_run, run_config, save_run, seed_rank
@@ -82,6 +83,20 @@ def _check_teachers(model_cfg: Any) -> None:
     for path in teachers or []:
         if not Path(path).exists():
             raise FileNotFoundError(f"model.teacher: {path} does not exist")
+
+
+def _diverged(loss: torch.Tensor, epoch: int, step: int, last: Path, model: Any) -> str:
+    """What went wrong and what to do: finite weights mean the batch itself gave the
+    non-finite loss (its data or the loss), where a learning-rate cut would not help."""
+    where = f"the last good checkpoint is {last if last.exists() else 'not written yet'}"
+    if all(torch.isfinite(p).all() for p in model.parameters()):
+        advice = (
+            "every weight is still finite, so this batch's inputs or targets give the "
+            "non-finite value: check the data for NaN, inf or huge numbers"
+        )
+    else:
+        advice = "the weights diverged: lower optimizer.lr or set trainer.grad_clip"
+    return f"loss became {loss.item()} at epoch {epoch}, step {step}; {where} ({advice})"
 
 
 def run_train(cfg: DictConfig) -> dict[str, Any]:
@@ -208,6 +223,9 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
         save_run(ctx, path, model, optimizer, progress, states, config)
 
     loaders = RunLoaders(model, tc.num_workers, cfg.seed)
+    run_log = RunLoggers(cfg, out_dir, progress["step"], ctx.is_main)
+    if ctx.is_main:
+        log.info("run folder: %s", out_dir)
     started = time.perf_counter()
     while progress["epoch"] < tc.epochs and not progress["stopped"]:
         epoch = progress["epoch"]
@@ -235,17 +253,16 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
             total=progress["batch"] + len(sampler),
             initial=progress["batch"],
         )
+        ticker = ProgressLog(
+            tc.log_every_s if ctx.is_main else 0, progress["batch"] + len(sampler), epoch
+        )
         t_ready = time.perf_counter()
         for batch, shard in zip(bar, sampler.shards):
             t0 = time.perf_counter()
             out = net(batch)
             loss = out["loss"]
             if not torch.isfinite(loss):
-                raise TrainingDiverged(
-                    f"loss became {loss.item()} at epoch {epoch}, step {progress['step'] + 1}; "
-                    f"the last good checkpoint is {last if last.exists() else 'not written yet'}"
-                    " (lower optimizer.lr or set trainer.grad_clip)"
-                )
+                raise TrainingDiverged(_diverged(loss, epoch, progress["step"] + 1, last, model))
             t1 = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)
             if ctx.enabled:
@@ -281,8 +298,11 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
                     "step_s": t3 - t_ready,
                 }
                 ledger.add(out, batch.size, row)
+            loss_value = loss.item()
             if hasattr(bar, "set_postfix"):
-                bar.set_postfix(loss=f"{loss.item():.4f}")
+                bar.set_postfix(loss=f"{loss_value:.4f}")
+            run_log.step(progress["step"], loss_value)
+            ticker.update(progress["batch"], loss_value)
             if tc.checkpoint_every and progress["step"] % tc.checkpoint_every == 0:
                 if ledger:
                     ledger.sync(progress)
@@ -331,7 +351,8 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
                 progress["stopped"] = f"no better {select} for {tc.patience} epochs"
         progress.update(epoch=epoch + 1, batch=0, epoch_sums={}, epoch_n=0)
         checkpoint(last)
-        if ctx.is_main:
+        run_log.epoch(row)
+        if run_log.csv:
             write_metrics_csv(out_dir / "metrics.csv", progress["history"])
             if tc.plots:
                 plot_curves(out_dir / "metrics.csv", out_dir)
@@ -359,8 +380,10 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     loaders.close()
+    run_log.close()
     if ctx.is_main:
         write_json(out_dir / "results.json", results)
+        log.info("run folder: %s", out_dir)
     log.info(
         "test: %s",
         ", ".join(

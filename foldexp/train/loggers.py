@@ -1,0 +1,104 @@
+"""Where a run's numbers go: the ``logger`` config group (``csv``, ``tensorboard``, ``none``).
+
+``logger=csv`` (the default) writes ``metrics.csv`` every epoch and draws the learning curves
+from it; ``logger=tensorboard`` writes TensorBoard event files under ``<run>/tensorboard``
+(the training loss every ``log_every_n_steps`` steps, every epoch's metrics, the config as
+text); ``logger=[csv,tensorboard]`` does both and ``logger=none`` neither (``results.json`` and
+the checkpoints are written in any case). ``ProgressLog`` writes a line every
+``trainer.log_every_s`` seconds inside an epoch when stderr is not a terminal (a batch job's log
+file), where tqdm's bar is silent, so a log is never quiet for minutes.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+__all__ = ["RunLoggers", "ProgressLog"]
+
+log = logging.getLogger("foldexp.train")
+
+
+class _TensorBoard:
+    """Scalars per step and per epoch, and the config as text, in ``<run>/tensorboard``."""
+
+    def __init__(self, out_dir: Path, cfg: DictConfig, every: int, first_step: int) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        # purge_step drops events a killed run wrote after its last checkpoint, so a resumed
+        # run's curves have no doubled steps.
+        self.writer = SummaryWriter(str(out_dir / "tensorboard"), purge_step=first_step or None)
+        self.every = every
+        if not first_step:
+            text = OmegaConf.to_yaml(cfg, resolve=True)
+            self.writer.add_text("config", "```\n" + text + "\n```", 0)
+
+    def step(self, step: int, loss: float) -> None:
+        if step % self.every == 0:
+            self.writer.add_scalar("train/loss_step", loss, step)
+
+    def epoch(self, row: Mapping[str, Any]) -> None:
+        for key, value in row.items():
+            if key not in ("epoch", "step") and isinstance(value, (int, float)):
+                split, _, name = key.partition("_")
+                tag = f"{split}/{name}" if name else key
+                self.writer.add_scalar(tag, value, row["epoch"])
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class RunLoggers:
+    """The loggers ``cfg.logger`` selects, behind one call per step and per epoch."""
+
+    def __init__(self, cfg: DictConfig, out_dir: Path, first_step: int, enabled: bool) -> None:
+        chosen = cfg.get("logger") or {}
+        self.csv = enabled and chosen.get("csv") is not None
+        self.board = None
+        board = chosen.get("tensorboard")
+        if enabled and board is not None:
+            self.board = _TensorBoard(out_dir, cfg, int(board.log_every_n_steps), first_step)
+
+    def step(self, step: int, loss: float) -> None:
+        if self.board is not None:
+            self.board.step(step, loss)
+
+    def epoch(self, row: Mapping[str, Any]) -> None:
+        if self.board is not None:
+            self.board.epoch(row)
+
+    def close(self) -> None:
+        if self.board is not None:
+            self.board.close()
+
+
+class ProgressLog:
+    """A log line every ``every_s`` seconds of an epoch, when stderr is not a terminal."""
+
+    def __init__(self, every_s: float, total: int, epoch: int) -> None:
+        self.every_s = every_s if every_s > 0 and not sys.stderr.isatty() else 0.0
+        self.total, self.epoch = total, epoch
+        self.started = self.last = time.perf_counter()
+
+    def update(self, batch: int, loss: float) -> None:
+        if not self.every_s:
+            return
+        now = time.perf_counter()
+        if now - self.last >= self.every_s:
+            self.last = now
+            rate = batch / max(now - self.started, 1e-9)
+            log.info(
+                "epoch %d: batch %d/%d, loss %.4f, %.1f batches/s",
+                self.epoch,
+                batch,
+                self.total,
+                loss,
+                rate,
+            )
