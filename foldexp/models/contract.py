@@ -50,10 +50,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["Batch", "FoldModel", "REQUIRED", "OPTIONAL", "check_model"]
+__all__ = ["Batch", "FoldModel", "ModelContractError", "REQUIRED", "OPTIONAL", "check_model"]
 
 REQUIRED = ("collate", "forward", "summarize")
 OPTIONAL = ("predict", "prediction_columns", "param_groups", "root_probabilities", "score_roots")
+
+
+class ModelContractError(TypeError):
+    """A model lacks what foldexp calls on it."""
 
 
 @runtime_checkable
@@ -77,10 +81,12 @@ class FoldModel(Protocol):
 def check_model(model: Any, target: str) -> None:
     """Fails before any work when ``model`` lacks a required method, naming what is missing."""
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model {target} built a {type(model).__name__}, not a torch.nn.Module")
+        raise ModelContractError(
+            f"model {target} built a {type(model).__name__}, not a torch.nn.Module"
+        )
     missing = [name for name in REQUIRED if not callable(getattr(model, name, None))]
     if missing:
-        raise TypeError(
+        raise ModelContractError(
             f"model {target} does not follow foldexp's model contract "
             f"(foldexp.models.contract): it has no {', '.join(missing)} method"
             f"{'s' if len(missing) > 1 else ''}; every model needs {', '.join(REQUIRED)}"

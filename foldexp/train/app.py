@@ -6,7 +6,11 @@ notebooks (``output_dir`` stands in for Hydra's run folder).
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import hydra
 from omegaconf import DictConfig, open_dict
@@ -14,9 +18,33 @@ from omegaconf import DictConfig, open_dict
 from foldexp.config import CONF_DIR, register_configs
 from foldexp.validate import check_config
 
-__all__ = ["main", "compose_config"]
+__all__ = ["main", "compose_config", "report_errors", "user_errors"]
+
+T = TypeVar("T")
 
 register_configs()
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """What a user's config, data or folder can cause: reported as one line, no traceback."""
+    from foldexp.data.errors import DataError
+    from foldexp.models.contract import ModelContractError
+    from foldexp.train.loop import TrainingDiverged
+    from foldexp.train.rundir import RunFolderError
+
+    return (ValueError, OSError, DataError, ModelContractError, TrainingDiverged, RunFolderError)
+
+
+def report_errors(command: str, run: Callable[[], T]) -> T:
+    """``run()``; a user error exits with status 2 and its message (``FOLDEXP_TRACEBACK=1``
+    shows the traceback instead)."""
+    try:
+        return run()
+    except user_errors() as exc:
+        if os.environ.get("FOLDEXP_TRACEBACK"):
+            raise
+        print(f"foldexp {command}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
@@ -24,7 +52,7 @@ def main(cfg: DictConfig) -> float | None:
     """Trains; returns the selection metric so Hydra sweepers can optimise it."""
     from foldexp.train.loop import run_train
 
-    results = run_train(cfg)
+    results = report_errors("train", lambda: run_train(cfg))
     return results.get(f"best_{results['select_metric']}")
 
 

@@ -207,8 +207,6 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
         log.info(
             "resumed from %s at epoch %d, batch %d", last, progress["epoch"], progress["batch"]
         )
-        if ctx.is_main:  # a kill between last.pt and metrics.csv left the CSV a row short
-            repair_metrics(out_dir, progress["history"], tc.plots)
     elif tc.resume:
         log.info("trainer.resume=true but %s does not exist: starting afresh", last)
 
@@ -224,6 +222,8 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
 
     loaders = RunLoaders(model, tc.num_workers, cfg.seed)
     run_log = RunLoggers(cfg, out_dir, progress["step"], ctx.is_main)
+    if resumed and run_log.csv:  # a kill between last.pt and metrics.csv left the CSV short
+        repair_metrics(out_dir, progress["history"], tc.plots)
     if ctx.is_main:
         log.info("run folder: %s", out_dir)
     started = time.perf_counter()
