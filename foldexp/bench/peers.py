@@ -5,11 +5,15 @@ same sizes (issue 7: hidden 128, embeddings 128, vocabulary 1000, 5 classes, 256
 64 leaves) and do the same work per step: forward, mean cross-entropy at the roots, backward.
 
 Each peer runs in its own process (``peer_worker.py``): DyNet reads its autobatching mode before
-import, and a missing or broken library then costs only its own row ("skipped: ..."). All
-processes start first and wait; the bench then asks each in turn for ``steps_per_turn`` steps
-back to back, round after round (rotating who goes first), so every peer's repeats are spread
-over the same stretch of time and share the same background load. Every step is one timed
-repeat. Several steps per turn measure what a training loop sees, steps back to back: on these
+import, and a missing or broken library then costs only its own row ("skipped: ..."). Replies
+come back on a pipe of their own, never the peer's stdout (libraries print notices there), and a
+peer that crashes, hangs past ``timeout_s`` or garbles a reply becomes a row saying so
+("failed: ..."), never an error of the bench.
+
+All processes start first and wait; the bench then asks each in turn for ``steps_per_turn``
+steps back to back, round after round (rotating who goes first), so every peer's repeats are
+spread over the same stretch of time and share the same background load. Every step is one
+timed repeat. Several steps per turn measure what a training loop sees, steps back to back: on these
 VMs a multi-threaded step that follows seconds of idling (the other peers' turns) tends to run
 slower than one that follows another step. The plain per-tree loop is about 30x slower than
 the rest, so it steps over the first ``loop_trees`` trees only (trees/s stays comparable).
@@ -19,9 +23,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
-import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +36,7 @@ from foldexp.bench.cells import Cell, Record
 from foldexp.bench.timing import Env
 from foldexp.bench.trees import make_trees, trees_digest
 
-__all__ = ["PEERS", "peer_cells"]
+__all__ = ["PEERS", "PEER_MODULES", "peer_cells"]
 
 PEERS = {
     "engine": "foldexp engine (trace + schedule + run)",
@@ -50,38 +55,121 @@ PEERS = {
 
 WORKER = Path(__file__).with_name("peer_worker.py")
 
+#: Peers whose ``setup`` lives in a file the worker loads by path instead of ``peer_torch``:
+#: DyNet's, whose process must never import torch. Also the seam for peers from elsewhere --
+#: tests register fake ones: ``PEERS[name] = description; PEER_MODULES[name] = path``.
+PEER_MODULES: dict[str, Path] = {
+    name: Path(__file__).with_name("peer_dynet.py") for name in ("dynet", "dynet_ab1", "dynet_ab2")
+}
+
+#: The longest reply line accepted; anything longer is a misbehaving peer, not a measurement.
+MAX_REPLY_BYTES = 1 << 20
+
+
+class _Replies:
+    """Lines from the peer's own reply pipe, each read under a deadline.
+
+    The pipe is not the peer's stdout: libraries print notices on import (DGL does), and such
+    text must end up in the peer's log, never in the channel the bench parses.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buf = b""
+
+    def readline(self, timeout: float) -> tuple[str | None, str]:
+        """``(line, "")``, or ``(None, why)`` with ``why`` one of timeout, eof, too long."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            if len(self._buf) > MAX_REPLY_BYTES:
+                return None, "too long"
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                return None, "timeout"
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return None, "eof"
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode("utf-8", errors="replace"), ""
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
 
 class _Peer:
-    """One worker process and its line protocol, with a timeout on every reply."""
+    """One worker process and its line protocol, with a timeout on every reply.
+
+    Commands go to the worker's stdin; replies come back on a pipe of their own (its write end
+    passed to the child as ``--reply-fd``); the worker's stdout and stderr both go to ``log``.
+    Whatever goes wrong -- a crash, a hang, garbage on the reply pipe -- ``read`` returns
+    ``None`` with the reason in ``note``, and the bench turns it into a row.
+    """
 
     def __init__(self, name: str, params: dict[str, Any], python: str, env: dict[str, str],
                  log: Path, timeout: float) -> None:  # fmt: skip
         self.name, self.timeout = name, timeout
         self.log = log
-        self._err = log.open("w")
-        self.proc = subprocess.Popen(
-            [python, str(WORKER), name, json.dumps(params)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._err,
-            text=True,
-            env=env,
-        )
+        self._log = log.open("w")
+        read_fd, write_fd = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [python, str(WORKER), name, json.dumps(params), "--reply-fd", str(write_fd)],
+                stdin=subprocess.PIPE,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write_fd,),
+                text=True,
+                env=env,
+            )
+        except BaseException:
+            os.close(read_fd)
+            self._log.close()
+            raise
+        finally:
+            os.close(write_fd)  # the child holds its copy; ours would hide its exit (no EOF)
+        self.replies = _Replies(read_fd)
         self.meta: dict[str, Any] = {}
         self.note = ""
 
     def read(self) -> dict[str, Any] | None:
-        timer = threading.Timer(self.timeout, self.proc.kill)
-        timer.start()
-        try:
-            line = self.proc.stdout.readline() if self.proc.stdout else ""
-        finally:
-            timer.cancel()
-        if not line:
-            tail = self.log.read_text(errors="replace").strip().splitlines()[-3:]
-            self.note = f"failed: {' | '.join(tail) or 'no reply (timeout or crash)'}"
+        """The next reply as a JSON object, or ``None`` (and ``note`` says why)."""
+        line, why = self.replies.readline(self.timeout)
+        if line is None:
+            self.note = self._failure(why)
             return None
-        return json.loads(line)
+        try:
+            reply = json.loads(line)
+        except json.JSONDecodeError as exc:
+            reply, bad = None, f"{exc.msg} at column {exc.colno}"
+        else:
+            bad = "" if isinstance(reply, dict) else f"a {type(reply).__name__}"
+        if bad:
+            self.proc.kill()  # a peer that garbles one reply cannot be trusted with the next
+            self.note = (
+                f"failed: malformed reply {_clip(line)} ({bad}; expected one JSON object per "
+                f"line); log {self.log}"
+            )
+            return None
+        return reply
+
+    def _failure(self, why: str) -> str:
+        if why == "timeout":
+            self.proc.kill()
+            return f"failed: no reply within {self.timeout:g} s (killed); log {self.log}"
+        if why == "too long":
+            self.proc.kill()
+            return f"failed: a reply line over {MAX_REPLY_BYTES} bytes (killed); log {self.log}"
+        try:  # the pipe closed: the process ended or is ending
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        tail = self.log.read_text(errors="replace").strip().splitlines()[-3:]
+        said = " | ".join(line.strip() for line in tail) or "nothing in its log"
+        return f"failed: exited with code {code} without replying: {_clip(said, 300)}"
 
     def send(self, cmd: str) -> bool:
         try:
@@ -101,12 +189,17 @@ class _Peer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout, self._err):
+        for f in (self.proc.stdin, self._log):
             if f is not None and not f.closed:
                 try:
                     f.close()
                 except OSError:  # a pipe whose reader is gone
                     pass
+        self.replies.close()
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def _python(cfg_python: str) -> str:
@@ -152,6 +245,7 @@ def peer_cells(bench: Any, env: Env, seed: int, out_dir: Path, device: Any = Non
         logs = out_dir / "peers"
         logs.mkdir(parents=True, exist_ok=True)
         child_env = _child_env(env.threads)
+        records: list[Record] = []
         for name in pc.implementations:
             n = min(pc.loop_trees, pc.trees) if name == "loop" and pc.loop_trees > 0 else pc.trees
             params = {
@@ -167,18 +261,25 @@ def peer_cells(bench: Any, env: Env, seed: int, out_dir: Path, device: Any = Non
                 "keep_memory": bool(getattr(device, "keep_memory", True)),
                 "onednn": bool(getattr(device, "onednn", True)),
             }
-            peer = _Peer(name, params, _python(pc.python), child_env, logs / f"{name}.log",
-                         pc.timeout_s)  # fmt: skip
+            if name in PEER_MODULES:
+                params["module"] = str(PEER_MODULES[name])
+            try:
+                peer = _Peer(name, params, _python(pc.python), child_env, logs / f"{name}.log",
+                             pc.timeout_s)  # fmt: skip
+            except OSError as exc:  # e.g. bench.peers.python names no interpreter
+                note = f"failed: cannot start {_python(pc.python)}: {exc}"
+                records.append(_note_row(base, name, note))
+                continue
             peer.count = n  # type: ignore[attr-defined]
             state["peers"].append(peer)
-        records = []
         for peer in list(state["peers"]):  # all start in parallel; collect their replies
             reply = peer.read()
             if reply is not None and reply.get("status") == "ready":
                 peer.meta = reply
                 continue
             if reply is not None:
-                peer.note = f"skipped: {reply.get('reason', 'unavailable')}"
+                kind = "skipped" if reply.get("status") == "unavailable" else "failed"
+                peer.note = _refusal(reply, kind)
             state["peers"].remove(peer)
             peer.close()
             records.append(_note_row(base, peer.name, peer.note))
@@ -191,14 +292,14 @@ def peer_cells(bench: Any, env: Env, seed: int, out_dir: Path, device: Any = Non
         turn = pc.steps_per_turn
         for peer in live[k:] + live[:k]:
             reply = peer.read() if peer.send(f"step {turn}") else None
-            if reply is None:
+            seconds = _step_seconds(peer, reply, turn)
+            if seconds is None:
                 live.remove(peer)
                 peer.close()
                 records.append(_note_row(base, peer.name, peer.note))
                 continue
             if warm:
                 continue
-            seconds = reply.pop("seconds")
             for j, sec in enumerate(seconds):  # one per step of the turn
                 records.append(
                     {
@@ -229,6 +330,36 @@ def peer_cells(bench: Any, env: Env, seed: int, out_dir: Path, device: Any = Non
         cells.append(Cell(f"peers round {r}", lambda r=r: round_(r, False)))
     cells.append(Cell("peers: stop processes", stop))
     return cells
+
+
+def _refusal(reply: dict[str, Any], kind: str) -> str:
+    """The note for a peer whose first reply is not ``ready``."""
+    reason = reply.get("reason")
+    if not isinstance(reason, str) or not reason:
+        reason = f"unexpected first reply {_clip(json.dumps(reply))} (expected status 'ready')"
+    return f"{kind}: {reason}"
+
+
+def _step_seconds(peer: _Peer, reply: dict[str, Any] | None, turn: int) -> list[float] | None:
+    """The ``turn`` step times of a reply, or ``None`` with ``peer.note`` saying what was wrong.
+
+    The worker's own failure (``{"status": "failed", "reason": ...}``) and a reply that does not
+    hold ``turn`` positive, finite times both end the peer with a note instead of a bad row.
+    """
+    if reply is None:
+        return None
+    if reply.get("status") == "failed":
+        peer.note = _refusal(reply, "failed")
+        return None
+    seconds = reply.pop("seconds", None)
+    ok = isinstance(seconds, list) and len(seconds) == turn
+    if ok and all(isinstance(s, int | float) and 0 < s < float("inf") for s in seconds):
+        return [float(s) for s in seconds]
+    peer.note = (
+        f"failed: malformed step reply {_clip(json.dumps(seconds))} as 'seconds' "
+        f"(expected a list of {turn} positive times); log {peer.log}"
+    )
+    return None
 
 
 def _note_row(base: Record, name: str, note: str) -> Record:

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "import":
             return commands.import_command(args.name, args.path, args.data_dir)
         return commands.stats_command(args.name, args.data_dir, args.out)
-    except DataError as exc:
+    except (DataError, OSError) as exc:  # both name the file: a message, not a traceback
         print(f"foldexp data {args.command}: error: {exc}", file=sys.stderr)
         return 1
 

@@ -15,10 +15,11 @@ import sys
 import tempfile
 import warnings
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from foldexp.data.errors import DataError, DataWarning, FetchError
+from foldexp.data.errors import DataError, DataWarning, FetchError, TreeParseError
 from foldexp.data.paths import resolve_data_dir
 from foldexp.data.sst import SST_SIZES, SST_SPLITS, read_sst_file
 
@@ -211,7 +212,11 @@ def import_dataset(
 
 
 def _stage_sst(path: Path, staged: Path, notes: list[str]) -> None:
-    """Copy the three SST split files from a zip or folder into ``staged/sst`` and parse them."""
+    """Copy the three SST split files from a zip or folder into ``staged/sst`` and parse them.
+
+    Every error names the user's file, never the staged copy (deleted by the time anyone reads
+    the message): ``FOLDER/dev.txt:3:17``, or for a zip ``ARCHIVE.zip/trees/dev.txt:3:17``.
+    """
     out = staged / "sst"
     out.mkdir(parents=True)
     if zipfile.is_zipfile(path):
@@ -225,8 +230,15 @@ def _stage_sst(path: Path, staged: Path, notes: list[str]) -> None:
                         f"trainDevTestTrees_PTB.zip with trees/{split}.txt); "
                         f"it holds {sorted(members)[:10]}"
                     )
-                with archive.open(member) as src, open(out / f"{split}.txt", "wb") as dst:
-                    shutil.copyfileobj(src, dst)
+                try:
+                    with archive.open(member) as src, open(out / f"{split}.txt", "wb") as dst:
+                        shutil.copyfileobj(src, dst)
+                except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+                    raise FetchError(
+                        f"cannot import sst: {path} is damaged: {member} cannot be extracted "
+                        f"({exc}); download trainDevTestTrees_PTB.zip again"
+                    ) from None
+                _check_sst_split(out / f"{split}.txt", f"{path}/{member}", split, notes)
     elif path.is_dir():
         folder = path / "trees" if (path / "trees" / "train.txt").is_file() else path
         for split in SST_SPLITS:
@@ -236,15 +248,26 @@ def _stage_sst(path: Path, staged: Path, notes: list[str]) -> None:
                     "train.txt, dev.txt and test.txt, or the official zip)"
                 )
             shutil.copyfile(folder / f"{split}.txt", out / f"{split}.txt")
+            _check_sst_split(out / f"{split}.txt", str(folder / f"{split}.txt"), split, notes)
     else:
         raise FetchError(
             f"cannot import sst: {path} is neither a zip file nor a folder "
             "(expected trainDevTestTrees_PTB.zip or a folder with train/dev/test.txt)"
         )
-    for split in SST_SPLITS:
-        trees = read_sst_file(out / f"{split}.txt")  # raises TreeParseError naming file:line:col
-        if len(trees) != SST_SIZES[split]:
-            notes.append(f"{split}.txt has {len(trees)} trees, the release {SST_SIZES[split]}")
+
+
+def _check_sst_split(copy: Path, origin: str, split: str, notes: list[str]) -> None:
+    """Parse the staged ``copy`` of a split; an error names ``origin``, the user's file.
+
+    The copy is what gets installed, so it is the one checked (the bytes parsed are the bytes
+    moved into place); only the name in the message is the user's.
+    """
+    try:
+        trees = read_sst_file(copy)  # labels 0..4, binary trees, UTF-8
+    except TreeParseError as exc:
+        raise TreeParseError(origin, exc.line, exc.column, exc.message) from None
+    if len(trees) != SST_SIZES[split]:
+        notes.append(f"{split}.txt has {len(trees)} trees, the release {SST_SIZES[split]}")
 
 
 def _find_member(names: list[str], filename: str) -> str | None:

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-from foldexp.data.errors import DatasetNotFoundError
+from foldexp.data.errors import DatasetNotFoundError, TreeParseError
 from foldexp.data.paths import resolve_data_dir
 from foldexp.data.ptb import read_ptb_file
 from foldexp.data.trees import NO_LABEL, Tree, gc_paused
@@ -68,7 +68,7 @@ def sst_path(split: str, data_dir: str | os.PathLike[str] | None = None) -> Path
 
 
 def read_sst_file(path: str | os.PathLike[str], *, unescape: bool = False) -> list[Tree]:
-    """Parse an SST tree file, checking that every label is in 0..4.
+    """Parse an SST tree file, checking that every label is in 0..4 and every tree is binary.
 
     Args:
         path: A file with one PTB-style tree per line.
@@ -76,9 +76,56 @@ def read_sst_file(path: str | os.PathLike[str], *, unescape: bool = False) -> li
             default tokens are kept exactly as written in the file.
 
     Raises:
-        TreeParseError: The file is empty, not UTF-8, or a line is malformed.
+        TreeParseError: The file is empty, not UTF-8, a line is malformed, or a node has one or
+            more than two children (the models combine exactly two; such a tree would only fail
+            in training).
     """
-    return read_ptb_file(path, label_range=(0, 4), unescape=unescape)
+    trees = read_ptb_file(path, label_range=(0, 4), unescape=unescape)
+    for index, tree in enumerate(trees):
+        if not _is_binary(tree):
+            raise _non_binary_error(Path(path), index)
+    return trees
+
+
+def _is_binary(tree: Tree) -> bool:
+    """Whether every internal node has exactly two children (iterative: trees can be deep)."""
+    stack = [tree]
+    while stack:
+        kids = stack.pop().children
+        if kids:
+            if len(kids) != 2:
+                return False
+            stack += kids
+    return True
+
+
+def _non_binary_error(path: Path, index: int) -> TreeParseError:
+    """The error for the ``index``-th tree of ``path``, at the first node without two children.
+
+    Only built when a file is refused, so it may read the file again: blank lines carry no tree
+    (as in :func:`read_ptb_file`), and PTB words hold no parentheses, so the parentheses alone
+    give the node's column.
+    """
+    text = path.read_text(encoding="utf-8").removeprefix("\ufeff")
+    lines = [(n, line) for n, line in enumerate(text.split("\n"), start=1) if line.strip(" \t\r\n")]
+    number, line = lines[index]
+    open_nodes: list[list[int]] = []  # [column of its '(', children so far]
+    for column, char in enumerate(line, start=1):
+        if char == "(":
+            if open_nodes:
+                open_nodes[-1][1] += 1
+            open_nodes.append([column, 0])
+        elif char == ")" and open_nodes:
+            start, children = open_nodes.pop()
+            if children not in (0, 2):
+                return TreeParseError(
+                    path,
+                    number,
+                    start,
+                    f"expected a binary tree (each node a word or exactly two children), got a "
+                    f"node with {children} {'child' if children == 1 else 'children'}",
+                )
+    return TreeParseError(path, number, 1, "expected a binary tree")  # not reached
 
 
 def load_sst(

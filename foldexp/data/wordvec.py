@@ -4,7 +4,11 @@ The format is one word per line followed by its ``d`` float components, separate
 spaces (``the 0.418 0.24968 ...``), optionally gzip-compressed (``.gz``). A word2vec-style header
 line ``N d`` is accepted too. Only the vectors of vocabulary words are converted to floats, so
 aligning a small vocabulary against a large file stays quick; every line's field count is still
-checked, so a truncated file is reported rather than half-read.
+checked, so a truncated file is reported rather than half-read, and no line may hold NaN or
+infinity (one such row would turn every loss that touches it into NaN, steps later).
+
+:func:`word_vector_width` reads only the first line: the width ``d`` a model's embedding must
+have, checked before anything is loaded or trained.
 
 GloVe 6B is lower-cased and uses plain ``( ) / *`` where SST writes ``-LRB- -RRB- \\/ \\*``. By
 default each vocabulary word is therefore looked up as written, lower-cased, with PTB escapes
@@ -25,7 +29,13 @@ from foldexp.data.errors import FormatError
 from foldexp.data.ptb import PTB_ESCAPES, unescape_word
 from foldexp.data.vocab import Vocabulary
 
-__all__ = ["AlignedVectors", "align_word_vectors", "default_lookup_keys", "read_word_vectors"]
+__all__ = [
+    "AlignedVectors",
+    "align_word_vectors",
+    "default_lookup_keys",
+    "read_word_vectors",
+    "word_vector_width",
+]
 
 _LOWER_ESCAPES = {e.lower(): c for e, c in PTB_ESCAPES.items() if e.lower() != e}
 
@@ -45,6 +55,11 @@ class AlignedVectors(NamedTuple):
     matrix: np.ndarray
     coverage: float
     missing: list[str]
+
+    @property
+    def width(self) -> int:
+        """The vectors' width ``d`` (the embedding size they fit)."""
+        return int(self.matrix.shape[1])
 
 
 def default_lookup_keys(word: str) -> list[str]:
@@ -94,8 +109,9 @@ def read_word_vectors(
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        FormatError: A line has the wrong number of values or a value is not a number; the
-            message names ``file:line``.
+        FormatError: A line has the wrong number of values (``d`` is set by the first line),
+            a value is NaN or infinite (or too large for float32), or a converted value is not
+            a number; the message names ``file:line``, the word and what was expected.
     """
     path = Path(path)
     vectors: dict[str, np.ndarray] = {}
@@ -105,8 +121,9 @@ def read_word_vectors(
             continue
         parts = line.rstrip(" ").split(" ")
         if dim is None:
-            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-                dim = int(parts[1])  # word2vec-style "count dim" header
+            header = _header_width(parts)
+            if header is not None:
+                dim = header
                 continue
             dim = len(parts) - 1
             if dim < 1:
@@ -117,25 +134,78 @@ def read_word_vectors(
                 f"values (word {parts[0]!r})"
             )
         word = parts[0]
+        # Every spelling of NaN and infinity holds an "n", no finite number does: a cheap test
+        # that covers the lines never converted, too.
+        rest = line.partition(" ")[2]
+        if "n" in rest or "N" in rest:
+            _refuse_non_finite(path, number, word, parts[1:])
         if (words is None or word in words) and word not in vectors:
             try:
-                vectors[word] = np.array(parts[1:], dtype=np.float32)
+                with np.errstate(over="ignore"):  # an overflow is refused just below, by line
+                    vector = np.array(parts[1:], dtype=np.float32)
             except ValueError:
-                bad = next(p for p in parts[1:] if not _is_float(p))
+                bad = next(p for p in parts[1:] if _as_float(p) is None)
                 raise FormatError(
                     f"{path}:{number}: expected {dim} numbers after {word!r}, got {bad!r}"
                 ) from None
+            if not np.isfinite(vector).all():  # "1e999", or a value beyond float32's range
+                _refuse_non_finite(path, number, word, parts[1:], vector)
+            vectors[word] = vector
     if dim is None:
         raise FormatError(f"{path}: expected GloVe vectors ('word v1 ... vd'), got an empty file")
     return vectors, dim
 
 
-def _is_float(text: str) -> bool:
+def word_vector_width(path: str | os.PathLike[str]) -> int:
+    """The width ``d`` of the vectors in a GloVe-format file, from its first line alone.
+
+    Cheap whatever the file's size, so a trainer can compare it with ``model.embed_size`` before
+    loading anything; :func:`read_word_vectors` still checks that every line has this width.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        FormatError: The file is empty, or its first line is neither ``word v1 ... vd`` nor a
+            ``count d`` header.
+    """
+    path = Path(path)
+    for number, line in _iter_lines(path):
+        if not line.strip():
+            continue
+        parts = line.rstrip(" ").split(" ")
+        width = _header_width(parts)
+        if width is None:
+            width = len(parts) - 1
+        if width < 1:
+            raise FormatError(f"{path}:{number}: expected 'word v1 ... vd', got {line[:40]!r}")
+        return width
+    raise FormatError(f"{path}: expected GloVe vectors ('word v1 ... vd'), got an empty file")
+
+
+def _header_width(parts: list[str]) -> int | None:
+    """``d`` of a word2vec-style ``count d`` header line, else ``None``."""
+    if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+        return int(parts[1])
+    return None
+
+
+def _refuse_non_finite(
+    path: Path, number: int, word: str, values: list[str], vector: np.ndarray | None = None
+) -> None:
+    """Raise naming the first value of the line that is NaN or infinite (if there is one)."""
+    for i, text in enumerate(values):
+        value = float(vector[i]) if vector is not None else _as_float(text)
+        if value is not None and not np.isfinite(value):
+            raise FormatError(
+                f"{path}:{number}: expected {len(values)} finite numbers after {word!r}, got "
+                f"{text!r} (value {i + 1})"
+            )
+
+
+def _as_float(text: str) -> float | None:
     try:
-        float(text)
+        return float(text)
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def align_word_vectors(

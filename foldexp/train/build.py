@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from foldexp.data.jsonfile import read_json
 from foldexp.models.contract import check_model
 from foldexp.train.artifacts import write_json
 from foldexp.train.checkpoint import load_checkpoint
@@ -80,18 +81,6 @@ def build_model(
 
 
 # ---------------------------------------------------------------------- the run folder
-
-
-def read_json(path: Path) -> Any:
-    """A JSON file's value; a malformed file fails naming it, the line and the column."""
-    import json
-
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
 def encode_info(info: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,6 @@ only by seed are also summarised as mean ± std in ``summary.csv`` / ``summary.m
 
 from __future__ import annotations
 
-import json
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from foldexp.data.jsonfile import read_json
 from foldexp.train.artifacts import atomic_write, write_text
 
 __all__ = ["collect_results", "run_report"]
@@ -37,7 +37,7 @@ def collect_results(dirs: Sequence[str | Path]) -> pd.DataFrame:
         if not d.exists():
             raise FileNotFoundError(f"foldexp report: {d} does not exist")
         for path in sorted(d.rglob("results.json")):
-            data = json.loads(path.read_text())
+            data = read_json(path)  # a broken file fails naming itself, line and column
             row = {"run": str(path.parent), "overrides": _overrides(path.parent)}
             row.update({k: v for k, v in data.items() if not isinstance(v, (dict, list))})
             rows.append(row)

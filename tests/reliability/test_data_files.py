@@ -1,0 +1,198 @@
+"""Data files that used to be accepted and then fail later: refused at load, naming file and line.
+
+Word vectors with NaN/inf or rows of the wrong width, SST imports with non-binary trees, labels
+out of range or broken bytes (named by the user's file, never the staged copy), and JSON files
+whose errors name them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from foldexp.data import fetch
+from foldexp.data.cli import main
+from foldexp.data.errors import DataWarning, FetchError, FormatError, TreeParseError
+from foldexp.data.jsonfile import read_json
+from foldexp.data.sst import load_sst, read_sst_file
+from foldexp.data.vocab import Vocabulary
+from foldexp.data.wordvec import align_word_vectors, read_word_vectors, word_vector_width
+from foldexp.train.report import collect_results
+
+TREES = {
+    "train": "(3 (2 It) (4 (2 is) (4 good)))\n(1 (2 Not) (1 good))\n",
+    "dev": "(2 (2 So) (2 so))\n",
+    "test": "(4 (2 -LRB-) (4 great))\n",
+}
+
+# ------------------------------------------------------------------ word vectors
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [("nan", "'nan'"), ("NaN", "'NaN'"), ("-Infinity", "'-Infinity'"), ("inf", "'inf'")],
+)
+@pytest.mark.parametrize("wanted", [None, {"a"}])  # the bad row converted, or only scanned
+def test_a_non_finite_vector_is_refused_naming_file_and_line(
+    tmp_path: Path, value: str, shown: str, wanted: set[str] | None
+) -> None:
+    path = tmp_path / "vec.txt"
+    path.write_text(f"a 1 2 3\n\nb 1 {value} 3\n", encoding="utf-8")
+    expected = rf"vec\.txt:3: expected 3 finite numbers after 'b', got {shown} \(value 2\)"
+    with pytest.raises(FormatError, match=expected):
+        read_word_vectors(path, wanted)
+
+
+def test_a_value_beyond_float32_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "vec.txt.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("a 1 2 3\nb 1 2 1e39\n")
+    with pytest.raises(FormatError, match=r"vec\.txt\.gz:2: .* got '1e39' \(value 3\)"):
+        align_word_vectors(path, Vocabulary.from_tokens(["a", "b"]))
+
+
+def test_a_row_of_the_wrong_width_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "vec.txt"
+    path.write_text("2 3\na 1 2 3\nb 1 2 3 4\n", encoding="utf-8")  # word2vec header: d = 3
+    with pytest.raises(FormatError, match=r"vec\.txt:3: expected a word and 3 values, got 4"):
+        read_word_vectors(path)
+
+
+def test_the_width_of_a_vector_file_is_known_before_loading_it(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.txt"
+    plain.write_text("\nthe 0.1 0.2 0.3 0.4\ncat 1 2 3 4\n", encoding="utf-8")
+    header = tmp_path / "w2v.txt.gz"
+    with gzip.open(header, "wt", encoding="utf-8") as f:
+        f.write("2 5\nthe 1 2 3 4 5\ncat 1 2 3 4 5\n")
+    assert word_vector_width(plain) == 4 and word_vector_width(header) == 5
+    aligned = align_word_vectors(plain, Vocabulary.from_tokens(["the", "dog"]))
+    assert aligned.width == 4 == aligned.matrix.shape[1]
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n", encoding="utf-8")
+    with pytest.raises(FormatError, match=r"empty\.txt: expected GloVe vectors"):
+        word_vector_width(empty)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"\xff\xfe 1 2\n")
+    with pytest.raises(FormatError, match=r"bad\.txt:1: expected UTF-8 text, got byte 0xff"):
+        word_vector_width(bad)
+
+
+def test_the_real_glove_subset_is_50_wide(data_root: Path) -> None:
+    assert word_vector_width(data_root / "wordvec" / "glove.6B.50d.sst_vocab.txt.gz") == 50
+
+
+# ------------------------------------------------------------------ SST import
+
+
+def _folder(tmp_path: Path, **override: str) -> Path:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for split, text in {**TREES, **override}.items():
+        (folder / f"{split}.txt").write_bytes(
+            text.encode("utf-8") if isinstance(text, str) else text
+        )
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("tree", "column", "children"),
+    [("(3 (2 a) (2 b) (2 c))", 1, "3 children"), ("(3 (2 (2 a)) (2 b))", 4, "1 child")],
+)
+def test_import_refuses_a_non_binary_tree_naming_the_users_file(
+    tmp_path: Path, tree: str, column: int, children: str
+) -> None:
+    folder = _folder(tmp_path, dev=f"(2 (2 So) (2 so))\n\n{tree}\n")
+    mine = re.escape(str(folder / "dev.txt"))
+    expected = rf"^{mine}:3:{column}: expected a binary tree .* got a node with {children}$"
+    with pytest.raises(TreeParseError, match=expected):
+        fetch.import_dataset("sst", folder, tmp_path / "data")
+    assert not (tmp_path / "data" / "sst").exists()  # nothing installed
+    # a file placed in the data folder by hand is refused when loaded, too
+    (tmp_path / "data" / "sst").mkdir(parents=True)
+    (tmp_path / "data" / "sst" / "dev.txt").write_text(tree + "\n", encoding="utf-8")
+    with pytest.raises(TreeParseError, match=rf"dev\.txt:1:{column}: expected a binary tree"):
+        load_sst("dev", tmp_path / "data")
+
+
+def test_a_label_out_of_range_names_the_zip_and_member(tmp_path: Path, capsys) -> None:
+    archive = tmp_path / "trainDevTestTrees_PTB.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        broken = {**TREES, "train": "(3 (2 It) (2 is))\n(7 (2 Not) (1 good))\n"}
+        for split, text in broken.items():
+            z.writestr(f"trees/{split}.txt", text)
+    where = re.escape(f"{archive}/trees/train.txt:2:2")
+    with pytest.raises(TreeParseError, match=rf"^{where}: expected a label in 0\.\.4, got 7$"):
+        fetch.import_dataset("sst", archive, tmp_path / "data")
+    assert main(["--data-dir", str(tmp_path / "data"), "import", "sst", str(archive)]) == 1
+    err = capsys.readouterr().err
+    assert f"foldexp data import: error: {archive}/trees/train.txt:2:2" in err
+    assert "import-sst" not in err  # never the staging folder
+
+
+def test_non_utf8_trees_name_the_users_file_and_line(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, test=b"(4 (2 -LRB-) (4 great))\n(4 (2 caf\xe9) (4 ok))\n")
+    mine = re.escape(str(folder / "test.txt"))
+    with pytest.raises(TreeParseError, match=rf"^{mine}:2:10: expected UTF-8 text, got byte 0xe9"):
+        fetch.import_dataset("sst", folder, tmp_path / "data")
+
+
+def test_a_good_import_still_installs(tmp_path: Path) -> None:
+    with pytest.warns(DataWarning, match="train.txt has 2 trees"):
+        fetch.import_dataset("sst", _folder(tmp_path), tmp_path / "data")
+    assert [t.label for t in read_sst_file(tmp_path / "data" / "sst" / "train.txt")] == [3, 1]
+
+
+def test_a_damaged_zip_is_refused_naming_it(tmp_path: Path) -> None:
+    archive = tmp_path / "trees.zip"
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_STORED) as z:
+        for split, text in TREES.items():
+            z.writestr(f"trees/{split}.txt", text)
+    data = bytearray(archive.read_bytes())
+    at = data.index(b"(3 (2 It)")
+    data[at + 1] = ord("4")  # the bytes no longer match the stored CRC
+    archive.write_bytes(bytes(data))
+    with pytest.raises(FetchError, match=rf"{re.escape(str(archive))} is damaged: trees/train"):
+        fetch.import_dataset("sst", archive, tmp_path / "data")
+
+
+def test_the_cli_reports_an_os_error_as_a_message(tmp_path: Path, monkeypatch, capsys) -> None:
+    def denied(*args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied", str(tmp_path / "mine" / "train.txt"))
+
+    monkeypatch.setattr(fetch, "import_dataset", denied)
+    monkeypatch.setattr("foldexp.data.commands.import_dataset", denied)
+    assert main(["--data-dir", str(tmp_path), "import", "sst", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "foldexp data import: error: [Errno 13] Permission denied" in err
+    assert str(tmp_path / "mine" / "train.txt") in err
+
+
+# ------------------------------------------------------------------ JSON files
+
+
+def test_read_json_names_the_file_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "x.json"
+    path.write_text('{"a": 1,\n "b": }\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"x\.json:2:7: expected valid JSON: Expecting value"):
+        read_json(path)
+    path.write_bytes(b'{"a": 1,\n "b": "caf\xe9"}\n')
+    with pytest.raises(FormatError, match=r"x\.json:2: expected UTF-8 JSON text, got byte 0xe9"):
+        read_json(path)
+    path.write_bytes(b'\xef\xbb\xbf{"a": [1, 2]}')  # a byte-order mark is fine
+    assert read_json(path) == {"a": [1, 2]}
+
+
+def test_report_names_a_broken_results_file(tmp_path: Path) -> None:
+    good, bad = tmp_path / "run1", tmp_path / "run2"
+    good.mkdir()
+    bad.mkdir()
+    (good / "results.json").write_text(json.dumps({"test_accuracy": 0.5}))
+    (bad / "results.json").write_text('{"test_accuracy": 0.5')  # a run killed mid-write
+    where = re.escape(str(bad / "results.json"))
+    with pytest.raises(ValueError, match=rf"^{where}:1:22: expected valid JSON"):
+        collect_results([tmp_path])
