@@ -1,0 +1,61 @@
+"""A model of one's own trains through ``foldexp train model=custom model._target_=…``.
+
+The model is ``docs/examples/bag_of_words.py``, the README's example; it receives its own keys
+and the dataset facts it names, nothing else. A class without the contract's methods, and keys
+it does not take, fail before any work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from foldexp.models.contract import ModelContractError
+from foldexp.train.app import compose_config
+from foldexp.train.loop import run_train
+from foldexp.validate import ConfigError
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "docs" / "examples"
+TINY = ["dataset.n=60", "trainer.epochs=2", "trainer.progress=false", "trainer.plots=false"]
+CUSTOM = ["model=custom", "model._target_=bag_of_words.BagOfWords"]
+
+
+@pytest.fixture(autouse=True)
+def _examples_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+
+
+def test_the_docs_example_trains_and_selects_on_its_own_metric(tmp_path: Path) -> None:
+    results = run_train(compose_config([*TINY, *CUSTOM, "+model.size=8"], tmp_path))
+    assert results["select_metric"] == "dev_accuracy"
+    assert 0.0 <= results["test_accuracy"] <= 1.0
+    assert results["config"]["model"] == {
+        "_target_": "bag_of_words.BagOfWords",
+        "name": "custom",
+        "size": 8,
+    }
+
+
+def test_a_key_the_model_does_not_take_fails_at_compose_time(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"model\.hidden is not a parameter of .*size"):
+        compose_config([*TINY, *CUSTOM, "+model.hidden=8"], tmp_path)
+
+
+def test_a_model_without_the_contract_fails_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = tmp_path / "half_model.py"
+    module.write_text(
+        "import torch\n"
+        "class HalfModel(torch.nn.Module):\n"
+        "    def __init__(self, num_classes):\n"
+        "        super().__init__()\n"
+        "    def forward(self, batch):\n"
+        "        return {}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = compose_config([*TINY, "model=custom", "model._target_=half_model.HalfModel"], tmp_path)
+    with pytest.raises(ModelContractError, match=r"has no collate, summarize methods"):
+        run_train(cfg)
+    assert not (tmp_path / "checkpoints").exists()
