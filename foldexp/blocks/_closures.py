@@ -6,9 +6,15 @@ instead builds, once per batch, a tree of closures mirroring the block tree, wit
 closures and the tracer's methods bound as locals.
 
 A closure must do exactly what the block's ``_trace`` does, errors included. The eager oracle
-(``_eager.py``) keeps using ``_trace``, so the batched == eager checks cover both. Only a block
+(``_eager.py``) walks blocks with ``_steps.py``'s step functions, which do what ``_trace`` does
+too, so the batched == eager checks cover all three. Only a block
 whose class still has the ``_trace`` a closure was written for gets that closure; any other block
 (a subclass overriding ``_trace``, a user block) gets a wrapper around its own ``_trace``.
+
+Closures call each other, a few Python frames per level of the input, so an input deeper than
+~150 levels raises ``RecursionError``; ``trace_batch`` then traces it again with ``_steps.py``'s
+explicit stack. Closures must therefore let a ``RecursionError`` through, never turn it into an
+``InputError``.
 """
 
 from __future__ import annotations
@@ -142,6 +148,8 @@ def _input_transform(b: InputTransform, tr: Tracer, memo: Memo) -> Fn:
     def run(x: Any) -> Any:
         try:
             return fn(x)
+        except RecursionError:
+            raise  # the input is too deep for closures: ``trace_batch`` traces it again
         except Exception:
             return b._trace(tr, x)  # raises the block's own error
 
@@ -196,6 +204,8 @@ def _one_of(b: OneOf, tr: Tracer, memo: Memo) -> Fn:
     def run(x: Any) -> Any:
         try:
             case = cases.get(key_fn(x))
+        except RecursionError:
+            raise  # the input is too deep for closures: ``trace_batch`` traces it again
         except Exception:
             case = None
         if case is None:

@@ -2,7 +2,8 @@
 
 Every operation runs the moment a block asks for it, on a batch of one, with no tracing,
 scheduling or batching. ``Block.eval`` and ``Block.max_depth`` use it; tests compare the
-compiled, batched engine against it, values and gradients.
+compiled, batched engine against it, values and gradients. Blocks are walked by ``run_steps``
+(``_steps.py``), with an explicit stack, so inputs of any depth evaluate.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 from foldexp.blocks._base import Block
 from foldexp.blocks._ops import Op
 from foldexp.blocks._sequences import Repeat
+from foldexp.blocks._steps import run_steps
 from foldexp.types import PyObjectType, TensorType, Type
 
 __all__ = ["EagerTracer", "eval_block", "eval_with_metrics", "depth_of", "unbatch"]
@@ -48,6 +50,8 @@ class EagerTracer:
         return torch.zeros((1, *ttype.shape), dtype=ttype.dtype, device=self.device)
 
     def apply(self, op: Op, args: list[Any]) -> list[Any]:
+        if op.id_limit is not None:
+            op.check_ids(args[0])  # before torch's own IndexError, which names no input
         d = 1 + max((self.depth.get(id(a), 0) for a in args), default=0)
         outs = op.forward(args)
         for o in outs:
@@ -84,7 +88,7 @@ def _typed(block: Block, input_type: Type | None) -> None:
 def eval_block(block: Block, x: Any, input_type: Type | None = None) -> Any:
     """Evaluates ``block`` on one input eagerly; tensors come back without a batch dimension."""
     _typed(block, input_type)
-    return unbatch(block._trace(EagerTracer(), x))
+    return unbatch(run_steps(block, EagerTracer(), x))
 
 
 def eval_with_metrics(
@@ -94,7 +98,7 @@ def eval_with_metrics(
     the order they were recorded, each without a batch dimension)."""
     _typed(block, input_type)
     tr = EagerTracer()
-    out = unbatch(block._trace(tr, x))
+    out = unbatch(run_steps(block, tr, x))
     return out, {name: [v[0] for v in vals] for name, vals in tr.metrics.items()}
 
 
@@ -103,5 +107,5 @@ def depth_of(block: Block, x: Any, input_type: Type | None = None) -> int:
     _typed(block, input_type)
     tr = EagerTracer()
     with torch.no_grad():
-        block._trace(tr, x)
+        run_steps(block, tr, x)
     return tr.max_depth

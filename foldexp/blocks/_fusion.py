@@ -38,6 +38,7 @@ class FusedOp(Op):
             None,
             " >> ".join(op.name for op in parts),
         )
+        self.id_limit, self.id_table = parts[0].id_limit, parts[0].id_table  # ids come in first
 
     def forward(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         for op in self.parts:

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from foldexp.blocks._base import InputError
+from foldexp.blocks._layers import Embedding
 from foldexp.types import TensorType, TupleType, Type, flatten_tensor_types
 
 __all__ = ["Op", "structure_flattener", "structure_builder"]
@@ -100,6 +102,23 @@ class Op:
         self._build_args = structure_builder(input_type)
         self._flatten_out = structure_flattener(output_type)
         self._spread = isinstance(input_type, TupleType)
+        # A lookup table reading its ids straight from the input: they are checked (``check_ids``).
+        self.id_limit, self.id_table = _lookup_table(fn)
+
+    def check_ids(self, ids: torch.Tensor | int) -> None:
+        """For an op looking ids up in a table (``id_limit`` rows): raises ``InputError`` for the
+        first id outside ``[0, id_limit)`` in ``ids`` (a tensor or one id); the caller adds the
+        block and the path."""
+        limit = self.id_limit
+        if limit is None:
+            return
+        flat = torch.as_tensor(ids).reshape(-1)
+        outside = (flat < 0) | (flat >= limit)
+        if bool(outside.any()):
+            bad = int(flat[outside][0])
+            raise InputError(
+                None, f"id {bad} is outside {self.id_table}: expected 0 <= id < {limit}"
+            )
 
     def forward(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Runs the op on flat batched inputs; returns flat batched outputs."""
@@ -130,3 +149,13 @@ class Op:
 
     def __repr__(self) -> str:
         return f"Op({self.name})"
+
+
+def _lookup_table(fn: Any) -> tuple[int | None, str]:
+    """``(rows, name)`` of ``fn`` if it is an embedding table (ours or torch's), else
+    ``(None, "")``."""
+    if isinstance(fn, Embedding):
+        return fn.num_buckets, repr(fn)
+    if isinstance(fn, torch.nn.Embedding):
+        return fn.num_embeddings, f"Embedding({fn.num_embeddings}, {fn.embedding_dim})"
+    return None, ""

@@ -75,6 +75,8 @@ class InputTransform(Block):
     def _trace(self, tr: Tracer, x: Any) -> Any:
         try:
             return self.py_fn(x)
+        except RecursionError:
+            raise  # too deep for the closures, not a bad input: the compiler traces it again
         except Exception as e:
             raise InputError(self, f"{type(e).__name__}: {e}") from e
 
@@ -264,6 +266,8 @@ class OneOf(Block):
     def _trace(self, tr: Tracer, x: Any) -> Any:
         try:
             key = self.key_fn(x)
+        except RecursionError:
+            raise  # too deep for the closures, not a bad input: the compiler traces it again
         except Exception as e:
             raise InputError(self, f"key_fn failed: {type(e).__name__}: {e}") from e
         block = self.cases.get(key)

@@ -32,6 +32,14 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def integer_range(dtype: torch.dtype) -> tuple[int, int] | None:
+    """``(min, max)`` of an integer dtype; ``None`` for floating point and bool."""
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        return None
+    info = torch.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
 class Scalar(Block):
     """A Python number → a scalar tensor of ``dtype``."""
 
@@ -39,14 +47,25 @@ class Scalar(Block):
         self.dtype = as_dtype(dtype)
         super().__init__(PyObjectType(), TensorType((), self.dtype), name)
         self._floating = self.dtype.is_floating_point
+        self._range = integer_range(self.dtype)
 
     def _infer(self, input_type: Type) -> Type:
         return self._output_type  # type: ignore[return-value]
 
     def _trace(self, tr: Tracer, x: Any) -> Any:
+        # The compiler's closure (``_closures._scalar``) skips the range check, to keep tracing
+        # lean: the scheduler checks a whole batch's integers at once and, for a bad one, traces
+        # the batch again through this method to name it (``Compiler.build``).
         if not isinstance(x, _NUMBER_TYPES) or (not self._floating and isinstance(x, float)):
             want = "a number" if self._floating else "an integer"
             raise InputError(self, f"expected {want}, got {x!r} ({type(x).__name__})")
+        if self._range is not None and not self._range[0] <= x <= self._range[1]:
+            low, high = self._range
+            raise InputError(
+                self,
+                f"expected an integer in {_dtype_name(self.dtype)}'s range [{low}, {high}], "
+                f"got {x!r}",
+            )
         return tr.constant(self._output_type, x)
 
     def _repr_args(self) -> str:

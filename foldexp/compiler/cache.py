@@ -21,6 +21,7 @@ import numpy as np
 from foldexp.blocks._base import Block, InputError
 from foldexp.blocks._closures import trace_fn
 from foldexp.blocks._ops import Op
+from foldexp.blocks._steps import run_steps
 from foldexp.compiler.trace import Trace, flatten_output
 from foldexp.types import TensorType, Type
 
@@ -116,7 +117,11 @@ class TraceCache:
         _, tr, run = self._tracer
         tr.reset()
         try:
-            out = run(x)
+            try:
+                out = run(x)
+            except RecursionError:  # too deep for the closures: an explicit stack (``trace.py``)
+                tr.reset()
+                out = run_steps(block, tr, x, self.fuse)
         except InputError as e:
             e.path.insert(0, k)
             raise

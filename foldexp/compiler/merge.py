@@ -48,7 +48,9 @@ def distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return first[order], rank[inverse], counts[inverse] > 1
 
 
-def distinct_scalars(payloads: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def distinct_scalars(
+    payloads: list[Any] | np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Distinct values of scalar constants: ``(values, slot, repeated)`` as in
     ``distinct_rows`` (values in ascending order), or ``None`` if they are not plain numbers
     or none repeats."""

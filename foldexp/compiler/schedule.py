@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from foldexp.blocks._ops import Op
+from foldexp.blocks._tensors import integer_range
 from foldexp.compiler.agenda import agenda_levels
 from foldexp.compiler.merge import distinct_rows, distinct_scalars
 from foldexp.compiler.trace import Trace
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from foldexp.compiler.cache import BatchTrace
 from foldexp.types import TensorType
 
-__all__ = ["ORDERS", "Gather", "Group", "Plan", "schedule"]
+__all__ = ["ORDERS", "Gather", "Group", "InvalidInput", "Plan", "schedule"]
 
 Index = slice | torch.Tensor  # rows of a buffer: a contiguous range, or explicit row numbers
 
@@ -156,6 +158,52 @@ def _stack_payloads(t: TensorType, payloads: list[Any]) -> torch.Tensor:
     return torch.as_tensor(arr, dtype=t.dtype).reshape(len(payloads), *t.shape)
 
 
+class InvalidInput(ValueError):
+    """A batch holds a value no plan can take: an integer outside its dtype, an id outside the
+    table it looks up. Found batch-wide, with numpy; ``Compiler.build`` then traces the batch
+    again through the blocks' own checks to name the input and the path (an ``InputError``)."""
+
+
+def _scalar_array(payloads: list[Any]) -> np.ndarray | None:
+    """Scalar constants as one numpy array (``None`` if numpy cannot make one)."""
+    try:
+        return np.asarray(payloads)
+    except (TypeError, ValueError, RuntimeError):  # e.g. tensors on a GPU
+        return None
+
+
+def _check_range(
+    t: TensorType, values: np.ndarray, payloads: list[Any], limits: tuple[int, int]
+) -> None:
+    """Raises ``InvalidInput`` if an integer constant does not fit ``t``'s integer dtype (torch
+    would fail on it, or wrap it around)."""
+    if values.ndim != 1 or not len(values):
+        return
+    if values.dtype.kind in "iub":
+        low, high = int(values.min()), int(values.max())
+    else:  # numpy fell back to floats or objects: an integer beyond 64 bits, or a mix of signs
+        try:
+            ints = [int(p) for p in payloads]
+        except (TypeError, ValueError, OverflowError):
+            return
+        low, high = min(ints), max(ints)
+    if low < limits[0] or high > limits[1]:
+        bad = low if low < limits[0] else high
+        raise InvalidInput(f"the integer {bad} does not fit {t!r} ({limits[0]} .. {limits[1]})")
+
+
+def _check_ids(op: Op, ids: np.ndarray, row: np.ndarray, values: np.ndarray | None) -> None:
+    """Raises ``InvalidInput`` if an id that ``op`` reads from a constant (a ``Scalar`` of the
+    input, not an op's output) is outside its table: torch would raise a bare ``IndexError``
+    (or assert on a GPU) with nothing to say which input held it."""
+    if values is None:
+        return
+    rows = row[ids]
+    ids = values[rows[rows >= 0]]  # only constants have rows yet (groups are laid out later)
+    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= op.id_limit):  # type: ignore[operator]
+        raise InvalidInput(f"an id outside {op.id_table}: expected 0 <= id < {op.id_limit}")
+
+
 ORDERS = ("depth", "agenda")
 
 
@@ -213,22 +261,32 @@ def schedule(
     # Values known to equal another value of the batch: only invocations whose arguments are
     # all such values can be equal to another invocation (``merge.py``).
     shared = np.zeros(trace.num_values, dtype=bool) if merge is not None and any(merge) else None
+    # Per integer scalar type: its constant rows' values, for checking ids (``_check_ids``).
+    row_values: dict[int, np.ndarray] = {}
     for tid, t in enumerate(list(trace.types)):
         vids = np.asarray(trace.const_vids[tid], dtype=np.int64)
         val_tid[vids] = tid
-        found = None
-        if shared is not None and not t.shape and len(vids) > 1:
-            found = distinct_scalars(trace.const_payloads[tid])
+        payloads = trace.const_payloads[tid]
+        limits = integer_range(t.dtype) if not t.shape and len(vids) else None
+        merging = shared is not None and not t.shape and len(vids) > 1
+        values = _scalar_array(payloads) if limits is not None or merging else None
+        if limits is not None and values is not None:
+            _check_range(t, values, payloads, limits)
+        found = distinct_scalars(values) if merging and values is not None else None
         if found is not None:
-            values, slot, repeated = found
+            distinct, slot, repeated = found
             row[vids] = slot
-            shared[vids] = repeated
-            cursor.append(len(values))
-            constants.append(torch.as_tensor(values).to(t.dtype))
+            shared[vids] = repeated  # type: ignore[index]
+            cursor.append(len(distinct))
+            constants.append(torch.as_tensor(distinct).to(t.dtype))
+            if limits is not None:
+                row_values[tid] = distinct
             continue
         row[vids] = np.arange(len(vids))
         cursor.append(len(vids))
-        constants.append(_stack_payloads(t, trace.const_payloads[tid]) if len(vids) else None)
+        constants.append(_stack_payloads(t, payloads) if len(vids) else None)
+        if limits is not None and values is not None:
+            row_values[tid] = values
 
     max_depth = 0  # the deepest invocation (the trace's own ``max_depth`` walks every value)
     # Step 2: bucket each op's invocations by depth (a stable sort keeps input order inside).
@@ -243,6 +301,8 @@ def schedule(
             max_depth = max(max_depth, int(depth.max()))
         first = np.asarray(trace.op_first[i], dtype=np.int64)
         args = np.asarray(trace.op_args[i], dtype=np.int64).reshape(len(depth), len(op.in_types))
+        if op.id_limit is not None:
+            _check_ids(op, args[:, 0], row, row_values.get(trace.type_ids.get(op.in_types[0], -1)))
         order = _stable_order(depth)
         sorted_depth = depth[order]
         starts = np.concatenate(([0], np.flatnonzero(np.diff(sorted_depth)) + 1))

@@ -5,10 +5,18 @@ The ``Trace`` is the compiler's ``Tracer``. Every tensor value gets an integer i
 one deeper than its deepest argument — the paper's step 1, done incrementally because inputs are
 walked in dependency order. Nothing here is batched yet: the trace is a few flat Python lists per
 operation, appended to in the hot loop and turned into numpy arrays by the scheduler.
+
+Inputs are walked by the blocks' closures (``blocks/_closures.py``), which nest a few Python
+frames per level of the input. An input too deep for Python's stack (a chain tree of ~150
+levels or more) raises ``RecursionError`` there; its partial trace is then rolled back and it is
+traced again by ``run_steps`` (``blocks/_steps.py``), whose explicit stack makes any depth
+traceable. Ordinary inputs never pay for this.
 """
 
 from __future__ import annotations
 
+import itertools
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,9 +25,10 @@ import numpy as np
 from foldexp.blocks._base import Block, InputError
 from foldexp.blocks._closures import trace_fn
 from foldexp.blocks._ops import Op, structure_flattener
+from foldexp.blocks._steps import run_steps
 from foldexp.types import TensorType, Type, VoidType
 
-__all__ = ["Trace", "trace_batch", "flatten_output"]
+__all__ = ["Trace", "trace_batch", "flatten_output", "locate_input_error"]
 
 
 def flatten_output(output_type: Type, out: Any) -> list[int]:
@@ -62,6 +71,37 @@ class Trace:
             inputs.clear()
             vids.clear()
         self.current_input = 0
+
+    def rollback(self, num_values: int) -> None:
+        """Forgets every value with an id from ``num_values`` on: what the input being traced
+        (``current_input``) recorded since the trace held ``num_values`` values. The lists stay
+        the same objects, so closures built over this trace stay valid."""
+        del self.val_depth[num_values:]
+        # Lists are cut by length from their sorted keys, so that an append the RecursionError
+        # interrupted half-way (one list grown, its partner not) leaves nothing behind either.
+        n = min(len(self.types), len(self.const_vids), len(self.const_payloads))
+        del self.types[n:], self.const_vids[n:], self.const_payloads[n:]
+        if len(self.type_ids) != n:
+            self.type_ids.clear()
+            self.type_ids.update((t, i) for i, t in enumerate(self.types))
+        for op, depths, firsts, args in zip(self.ops, self.op_depth, self.op_first, self.op_args):
+            n = bisect_left(firsts, num_values)  # first output ids grow with each invocation
+            if n < len(firsts):
+                del depths[n:], firsts[n:], args[n * len(op.in_types) :]
+        for vids, payloads in zip(self.const_vids, self.const_payloads):
+            n = bisect_left(vids, num_values)
+            del vids[n:], payloads[n:]
+        for ttype, vid in list(self.zero_vid.items()):
+            if vid >= num_values:
+                del self.zero_vid[ttype]
+        for name, (inputs, vids) in list(self.metrics.items()):
+            n = len(inputs)
+            while n and inputs[n - 1] == self.current_input:
+                n -= 1
+            # By length, not in pairs: a RecursionError may strike between the two appends.
+            del inputs[n:], vids[n:]
+            if not inputs:
+                del self.metrics[name]
 
     # ---- the Tracer protocol (the hot path: keep it lean) --------------------------------------
     def type_id(self, ttype: TensorType) -> int:
@@ -194,10 +234,18 @@ def trace_batch(
     flatten = None if void else structure_flattener(output_type)
     outs: list[list[int]] = []
     run = trace_fn(block, tr, fuse=fuse)
+    values = tr.val_depth
     for k, x in enumerate(inputs):
         tr.current_input = k
+        start = len(values)
         try:
-            out = run(x)
+            try:
+                out = run(x)
+            except RecursionError:
+                # Too deep for the closures' Python recursion: trace this input again with an
+                # explicit stack (the same values, in the same order).
+                tr.rollback(start)
+                out = run_steps(block, tr, x, fuse)
         except InputError as e:
             e.path.insert(0, k)
             raise
@@ -206,3 +254,44 @@ def trace_batch(
     width = 0 if void else len(outs[0]) if outs else 0
     out_vids = np.asarray(outs, dtype=np.int64).reshape(len(inputs) if not void else 0, width)
     return tr, out_vids
+
+
+class _CheckingTracer:
+    """A tracer that records nothing and checks what the scheduler checks batch-wide: ids read
+    from the input into a table (``Op.check_ids``); the blocks check the rest (``Scalar``'s
+    integer range) in their ``_trace``."""
+
+    def __init__(self) -> None:
+        self._count = itertools.count()
+        self._scalars: dict[int, Any] = {}  # value id → payload of a scalar constant
+
+    def constant(self, ttype: TensorType, payload: Any) -> int:
+        vid = next(self._count)
+        if not ttype.shape:
+            self._scalars[vid] = payload
+        return vid
+
+    def zeros(self, ttype: TensorType) -> int:
+        return next(self._count)
+
+    def apply(self, op: Op, args: list[int]) -> list[int]:
+        if op.id_limit is not None and args[0] in self._scalars:
+            op.check_ids(self._scalars[args[0]])
+        return [next(self._count) for _ in range(op.n_out)]
+
+    def metric(self, name: str, value: int) -> None:
+        pass
+
+
+def locate_input_error(block: Block, inputs: Sequence[Any]) -> InputError | None:
+    """The ``InputError`` of the first input that fails the per-value checks the hot path leaves
+    to the scheduler (``schedule.InvalidInput``), with its position and path; ``None`` if none
+    fails. Traces unfused, so that the error names the user's block, never a fused run."""
+    tr = _CheckingTracer()
+    for k, x in enumerate(inputs):
+        try:
+            run_steps(block, tr, x)
+        except InputError as e:
+            e.path.insert(0, k)
+            return e
+    return None

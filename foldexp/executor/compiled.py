@@ -15,12 +15,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from foldexp.blocks._base import Block, Pipe, convert_to_block
+from foldexp.blocks._base import Block, InputError, Pipe, convert_to_block
 from foldexp.blocks._fusion import FusedOps, fused_blocks
 from foldexp.blocks._ops import Op, structure_builder
 from foldexp.compiler.cache import TraceCache
-from foldexp.compiler.schedule import ORDERS, Plan, schedule
-from foldexp.compiler.trace import trace_batch
+from foldexp.compiler.schedule import ORDERS, InvalidInput, Plan, schedule
+from foldexp.compiler.trace import locate_input_error, trace_batch
 from foldexp.executor.run import execute
 from foldexp.types import PyObjectType, Type, VoidType, is_tensor_tree
 
@@ -122,7 +122,14 @@ class Compiler(nn.Module):
         return p.device if p is not None else torch.device("cpu")
 
     def build(self, inputs: Sequence[Any]) -> Plan:
-        """Traces and schedules a batch (CPU only, no parameters touched): a picklable plan."""
+        """Traces and schedules a batch (CPU only, no parameters touched): a picklable plan.
+
+        Raises:
+            InputError: for a batch that is not a list (or other sized sequence) of inputs, and
+                for a bad input, naming its position in the batch and the path inside it.
+            ValueError: for an empty batch.
+        """
+        _check_batch(inputs)
         if len(inputs) == 0:
             raise ValueError("cannot compile an empty batch")
         t0 = time.perf_counter()
@@ -136,7 +143,11 @@ class Compiler(nn.Module):
             )
         t1 = time.perf_counter()
         merge = [not op.is_random() for op in self.ops] if self.merge_duplicates else None
-        plan = schedule(trace, out_vids, self.schedule_order, merge)
+        try:
+            plan = schedule(trace, out_vids, self.schedule_order, merge)
+        except InvalidInput as e:
+            # Found batch-wide; the blocks' own checks say which input and where.
+            raise locate_input_error(self.root, inputs) or InputError(None, str(e)) from None
         plan.trace_seconds = t1 - t0  # type: ignore[attr-defined]
         plan.schedule_seconds = time.perf_counter() - t1  # type: ignore[attr-defined]
         return plan
@@ -168,3 +179,14 @@ class Compiler(nn.Module):
 
     def extra_repr(self) -> str:
         return f"block={self.root!r}, ops={len(self.ops)}"
+
+
+def _check_batch(inputs: Any) -> None:
+    """A batch is a sized, ordered collection of inputs (a list, a tuple); ``InputError``
+    otherwise, before anything is traced."""
+    if inputs is None or not hasattr(inputs, "__len__") or not hasattr(inputs, "__iter__"):
+        hint = "; make it one with list(...)" if hasattr(inputs, "__iter__") else ""
+        raise InputError(
+            None,
+            f"expected a batch: a list of inputs, got {type(inputs).__name__} {inputs!r}{hint}",
+        )
