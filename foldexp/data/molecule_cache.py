@@ -4,12 +4,19 @@ Per-molecule arrays are stored concatenated with an ``n_atoms`` index, so loadin
 large reads rather than thousands of small ones. Pair features are all 0/1 and are stored as
 ``uint8`` (a quarter of the float32 size). Files are written to a temporary name in the cache
 directory and moved into place with :func:`os.replace`, so concurrent or interrupted runs never
-leave a half-written cache behind. No pickles: ``np.load(allow_pickle=False)``.
+leave a half-written cache behind; they get the permissions the umask gives, as the cache is
+meant to be shared. No pickles: ``np.load(allow_pickle=False)``.
+
+The metadata records a sha256 over every array (name, dtype, shape and bytes). A cache file that
+is empty, truncated, changed, mis-shaped or of another format is never an error: ``read_cache``
+logs why and returns ``None``, and the caller featurises again and overwrites it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import tempfile
 import zipfile
@@ -20,7 +27,48 @@ import numpy as np
 
 __all__ = ["CachedFeatures", "cache_path", "read_cache", "write_cache"]
 
-_CACHE_FORMAT = 1
+log = logging.getLogger(__name__)
+
+_CACHE_FORMAT = 2  # 2: with a checksum
+_ARRAYS = (
+    "smiles",
+    "n_atoms",
+    "atom_features",
+    "pair_features",
+    "targets",
+    "target_mask",
+    "rows",
+    "invalid_rows",
+    "invalid_smiles",
+)
+
+
+class _Damaged(ValueError):
+    """Why a cache file cannot be used (logged, then the cache is rebuilt)."""
+
+
+class _OtherFormat(_Damaged):
+    """A cache written by another version of this module: rebuilt without alarm."""
+
+
+def _digest(arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for name in _ARRAYS:
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _file_mode() -> int:
+    """``0o666`` less the umask (read without changing it where /proc allows)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            umask = next(int(ln.split()[1], 8) for ln in f if ln.startswith("Umask:"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return 0o666 & ~umask
 
 
 class CachedFeatures(NamedTuple):
@@ -60,25 +108,29 @@ def write_cache(
         if pair_features
         else np.zeros((0, p_dim), np.uint8)
     )
-    meta = {"format": _CACHE_FORMAT, "atom_dim": int(a_dim), "pair_dim": int(p_dim)}
+    arrays = {
+        "smiles": np.array(smiles, dtype=str),
+        "n_atoms": n_atoms,
+        "atom_features": atoms,
+        "pair_features": pairs,
+        "targets": targets,
+        "target_mask": target_mask,
+        "rows": rows,
+        "invalid_rows": np.array([r for r, _ in invalid], dtype=np.int64),
+        "invalid_smiles": np.array([s for _, s in invalid], dtype=str),
+    }
+    meta = {
+        "format": _CACHE_FORMAT,
+        "atom_dim": int(a_dim),
+        "pair_dim": int(p_dim),
+        "sha256": _digest(arrays),
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(
-                f,
-                meta=np.array(json.dumps(meta)),
-                smiles=np.array(smiles, dtype=str),
-                n_atoms=n_atoms,
-                atom_features=atoms,
-                pair_features=pairs,
-                targets=targets,
-                target_mask=target_mask,
-                rows=rows,
-                invalid_rows=np.array([r for r, _ in invalid], dtype=np.int64),
-                invalid_smiles=np.array([s for _, s in invalid], dtype=str),
-            )
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a cache/vocab is meant to be shared
+            np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
+        os.chmod(tmp, _file_mode())  # mkstemp creates 0600; the cache is meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -86,32 +138,58 @@ def write_cache(
 
 
 def read_cache(path: Path) -> CachedFeatures | None:
-    """Read a cache file; ``None`` if it is absent, unreadable or from another format version.
+    """Read a cache file; ``None`` if it is absent, damaged or from another format version.
 
-    A damaged cache is never an error: the caller featurises again and overwrites it.
+    A damaged cache is never an error: the reason is logged, and the caller featurises again and
+    overwrites it.
     """
     if not path.is_file():
         return None
     try:
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-            if meta.get("format") != _CACHE_FORMAT:
-                return None
-            n_atoms = z["n_atoms"]
-            atoms = z["atom_features"]
-            pairs = z["pair_features"].astype(np.float32)
-            smiles = z["smiles"].tolist()
-            targets, target_mask, rows = z["targets"], z["target_mask"], z["rows"]
-            invalid = list(
-                zip(z["invalid_rows"].tolist(), z["invalid_smiles"].tolist(), strict=True)
-            )
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError):
-        return None
-    p_dim = int(meta["pair_dim"])
+        return _decode(path)
+    except _OtherFormat as exc:
+        log.info("featurisation cache %s: %s; featurising again", path, exc)
+    except _Damaged as exc:
+        log.warning("featurisation cache %s: %s; featurising again", path, exc)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        log.warning("featurisation cache %s is unreadable (%s); featurising again", path, exc)
+    return None
+
+
+def _decode(path: Path) -> CachedFeatures:
+    """The cache's contents; raises ``_Damaged`` (or a read error) when they cannot be used."""
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(str(z["meta"]))
+        if not isinstance(meta, dict) or meta.get("format") != _CACHE_FORMAT:
+            version = meta.get("format") if isinstance(meta, dict) else None
+            raise _OtherFormat(f"format {version!r}, not {_CACHE_FORMAT} (another version's)")
+        arrays = {name: z[name] for name in _ARRAYS}
+    if _digest(arrays) != meta.get("sha256"):
+        raise _Damaged("contents do not match their checksum")
+    n_atoms, atoms, pairs = arrays["n_atoms"], arrays["atom_features"], arrays["pair_features"]
+    p_dim, n = int(meta["pair_dim"]), len(n_atoms)
+    if (
+        atoms.shape[:1] != (int(n_atoms.sum()),)
+        or pairs.shape != (int((n_atoms**2).sum()), p_dim)
+        or any(len(arrays[k]) != n for k in ("smiles", "targets", "target_mask", "rows"))
+    ):
+        raise _Damaged("its arrays do not fit together (mis-shaped)")
+    pairs = pairs.astype(np.float32)
     atom_bounds = np.concatenate([[0], np.cumsum(n_atoms)])
     pair_bounds = np.concatenate([[0], np.cumsum(n_atoms**2)])
     atom_list, pair_list = [], []
-    for i, n in enumerate(n_atoms.tolist()):
+    for i, k in enumerate(n_atoms.tolist()):
         atom_list.append(atoms[atom_bounds[i] : atom_bounds[i + 1]])
-        pair_list.append(pairs[pair_bounds[i] : pair_bounds[i + 1]].reshape(n, n, p_dim))
-    return CachedFeatures(smiles, atom_list, pair_list, targets, target_mask, rows, invalid)
+        pair_list.append(pairs[pair_bounds[i] : pair_bounds[i + 1]].reshape(k, k, p_dim))
+    invalid = list(
+        zip(arrays["invalid_rows"].tolist(), arrays["invalid_smiles"].tolist(), strict=True)
+    )
+    return CachedFeatures(
+        arrays["smiles"].tolist(),
+        atom_list,
+        pair_list,
+        arrays["targets"],
+        arrays["target_mask"],
+        arrays["rows"],
+        invalid,
+    )

@@ -1,13 +1,30 @@
-"""Run-directory files: atomic writes, ``metrics.csv``, learning-curve plots, ``results.json``.
+"""Run-directory files: atomic writes, checksums, ``metrics.csv``, plots, ``results.json``.
 
 Every file is written to a temporary name in the same folder and renamed into place, so a run
-killed at any moment leaves either the old file or the new one, never half of one.
+killed at any moment leaves either the old file or the new one, never half of one. The temporary
+name carries the writer's PID (``.<name>.<pid>.<random>.tmp``) so that a later run can tell a
+dead writer's leftovers from a live one's (``rundir.clean_stale_tmp``). Files are created with
+the permissions the user's umask gives (``0o666 & ~umask``), not ``mkstemp``'s private 0600, so
+others on a shared machine can read results as they can any other file of the user's.
+
+Checksums. Checkpoints and result files (``write_json``, ``write_metrics_csv``,
+``checkpoint.save_checkpoint``) get a sidecar ``<name>.sha256`` in ``sha256sum`` format, so
+``sha256sum -c results.json.sha256`` checks one by hand. The sidecar is written *before* the
+file is renamed into place and also records the hash of the version it replaces (a ``#``
+comment line, which ``sha256sum -c`` skips): a kill between the two renames leaves the previous,
+intact version, which still verifies. ``verify_file(path)`` and ``read_verified_json(path)``
+check a file against its sidecar and raise ``CorruptFileError`` naming the file, what is wrong
+and what to do. A file with no sidecar (written before foldexp stored checksums) is read with a
+logged warning: it cannot be checked, but refusing it would strand every older run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -15,17 +32,172 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["atomic_write", "write_text", "write_json", "write_metrics_csv", "plot_curves"]
+__all__ = [
+    "CHECKSUM_SUFFIX",
+    "CorruptFileError",
+    "atomic_write",
+    "checksum_path",
+    "file_mode",
+    "file_sha256",
+    "plot_curves",
+    "read_verified_json",
+    "verify_file",
+    "write_json",
+    "write_metrics_csv",
+    "write_text",
+]
+
+log = logging.getLogger("foldexp.train")
+
+CHECKSUM_SUFFIX = ".sha256"
+_PREVIOUS = "# previous version, still valid after a kill between the two renames: "
+_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[str], None]) -> Path:
-    """Calls ``write(tmp_path)`` then renames the temporary file onto ``path``."""
+class CorruptFileError(ValueError):
+    """A file that is damaged, truncated, changed since it was written, or not what it should
+    be. The message names the file, what is wrong and what to do."""
+
+
+# ---------------------------------------------------------------------- permissions
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where /proc allows."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # the only portable way to read it is to set it and put it back
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode ``open()`` would give a new file: ``0o666`` less the umask."""
+    return 0o666 & ~_umask()
+
+
+# ---------------------------------------------------------------------- checksums
+
+
+def checksum_path(path: str | os.PathLike[str]) -> Path:
+    """``<name>.sha256`` beside ``path``."""
+    path = Path(path)
+    return path.with_name(path.name + CHECKSUM_SUFFIX)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_sidecar(path: Path) -> list[str] | None:
+    """The hashes ``path``'s sidecar accepts (current first); ``None`` when it has none."""
+    sidecar = checksum_path(path)
+    try:
+        text = sidecar.read_text(encoding="ascii")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CorruptFileError(f"{sidecar}: unreadable checksum file ({exc})") from None
+    lines = text.splitlines()
+    hashes = [lines[0].split(" ", 1)[0]] if lines else []
+    hashes += [ln[len(_PREVIOUS) :].strip() for ln in lines[1:] if ln.startswith(_PREVIOUS)]
+    if not hashes or not all(_HEX.match(h) for h in hashes):
+        raise CorruptFileError(
+            f"{sidecar}: not a sha256 checksum file; {path} cannot be checked (delete the "
+            "sidecar to read the file unchecked, at your own risk)"
+        )
+    return hashes
+
+
+def _previous_hash(path: Path) -> list[str]:
+    """The hash of the version of ``path`` about to be replaced, if that version is intact."""
+    if not path.is_file():
+        return []
+    digest = file_sha256(path)
+    try:
+        accepted = _read_sidecar(path)
+    except CorruptFileError:
+        return []
+    return [digest] if accepted is None or digest in accepted else []
+
+
+def _write_sidecar(path: Path, digest: str, previous: list[str]) -> None:
+    text = f"{digest}  {path.name}\n" + "".join(f"{_PREVIOUS}{h}\n" for h in previous)
+    atomic_write(checksum_path(path), lambda tmp: Path(tmp).write_text(text, encoding="ascii"))
+
+
+def verify_file(path: str | os.PathLike[str], advice: str = "") -> bool:
+    """Checks ``path`` against its ``.sha256`` sidecar.
+
+    Returns ``True`` when it matches and ``False`` when there is no sidecar (a file written
+    before checksums were stored; a warning is logged). Raises ``FileNotFoundError`` for a
+    missing file and ``CorruptFileError`` for an empty file or a mismatch, its message ending
+    with ``advice`` (what the caller's user should do).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    accepted = _read_sidecar(path)
+    size = path.stat().st_size
+    if accepted is None:
+        log.warning(
+            "%s has no %s sidecar (written before checksums): not verified", path, CHECKSUM_SUFFIX
+        )
+        return False
+    digest = file_sha256(path)
+    if digest not in accepted:
+        what = "is empty (0 bytes)" if size == 0 else f"does not match its checksum ({size} bytes)"
+        raise CorruptFileError(
+            f"{path} {what}: sha256 {digest[:16]}…, {checksum_path(path).name} records "
+            f"{accepted[0][:16]}…; the file was damaged or changed after it was written"
+            + (f". {advice}" if advice else "")
+        )
+    return True
+
+
+def read_verified_json(path: str | os.PathLike[str], advice: str = "") -> Any:
+    """A JSON file's value after ``verify_file``; malformed JSON fails naming file and line."""
+    path = Path(path)
+    verify_file(path, advice)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise CorruptFileError(
+            f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})"
+            + (f". {advice}" if advice else "")
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise CorruptFileError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+# ---------------------------------------------------------------------- writing
+
+
+def atomic_write(
+    path: str | os.PathLike[str], write: Callable[[str], None], checksum: bool = False
+) -> Path:
+    """Calls ``write(tmp_path)`` then renames the temporary file onto ``path``; with
+    ``checksum``, first records the new contents' sha256 in ``<name>.sha256``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent
+    )
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, file_mode())  # mkstemp's 0600 would hide results from the user's group
+        if checksum:
+            _write_sidecar(path, file_sha256(tmp), _previous_hash(path))
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -34,17 +206,23 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[str], None]) -> 
     return path
 
 
-def write_text(path: str | os.PathLike[str], text: str) -> Path:
-    return atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+def write_text(path: str | os.PathLike[str], text: str, checksum: bool = False) -> Path:
+    return atomic_write(
+        path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"), checksum=checksum
+    )
 
 
-def write_json(path: str | os.PathLike[str], data: Any) -> Path:
-    return write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+def write_json(path: str | os.PathLike[str], data: Any, checksum: bool = True) -> Path:
+    """A result file: JSON, atomically, with a ``.sha256`` sidecar."""
+    text = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+    return write_text(path, text, checksum=checksum)
 
 
 def write_metrics_csv(path: str | os.PathLike[str], rows: list[dict[str, Any]]) -> Path:
-    """One row per epoch, columns in first-seen order."""
-    return atomic_write(path, lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False))
+    """One row per epoch, columns in first-seen order (with a ``.sha256`` sidecar)."""
+    return atomic_write(
+        path, lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False), checksum=True
+    )
 
 
 def plot_curves(csv_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> list[Path]:

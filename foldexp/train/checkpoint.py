@@ -1,25 +1,36 @@
 """Checkpoints: model, optimizer, position and every RNG, saved atomically, loaded safely.
 
 ``last.pt`` is rewritten at every epoch end (and every ``checkpoint_every`` steps); ``best.pt``
-when the selection metric improves. Loading uses ``torch.load(weights_only=True)``: checkpoints
-hold only tensors and plain Python containers, never pickled objects.
+when the selection metric improves. Each has a ``.sha256`` sidecar (``artifacts.py``) and, for
+``trainer.resume``, the run's resolved config (``resume.py`` compares it). ``read_checkpoint``
+verifies the checksum, then loads with ``torch.load(weights_only=True)``: checkpoints hold only
+tensors and plain Python containers, never pickled objects. Whatever goes wrong (a changed or
+truncated file, a pickle a weights-only load refuses, a payload without its parts) raises
+``CorruptFileError`` naming the file and what to do; it never suggests ``weights_only=False``,
+since a run folder may come from anyone.
 """
 
 from __future__ import annotations
 
+import pickle
 import random
+import re
+import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from foldexp.train.artifacts import atomic_write
+from foldexp.train.artifacts import CorruptFileError, atomic_write, verify_file
 
 __all__ = [
+    "CorruptFileError",
     "save_checkpoint",
     "load_checkpoint",
     "load_payload",
+    "read_checkpoint",
     "rng_state",
     "set_rng_state",
     "seed_everything",
@@ -61,9 +72,11 @@ def save_checkpoint(
     optimizer: Any,
     progress: dict[str, Any],
     states: dict[str, Any] | None = None,
+    config: dict[str, Any] | None = None,
 ) -> Path:
-    """Writes model, optimizer, training position and RNG states to ``path`` atomically;
-    ``states``: more named objects with ``state_dict()`` (e.g. the parameter average)."""
+    """Writes model, optimizer, training position and RNG states to ``path`` atomically, with
+    a ``.sha256`` sidecar; ``states``: more named objects with ``state_dict()`` (e.g. the
+    parameter average); ``config``: the run's resolved config, plain values only."""
     payload = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
@@ -71,7 +84,65 @@ def save_checkpoint(
         "rng": rng_state(),
         **{name: obj.state_dict() for name, obj in (states or {}).items()},
     }
-    return atomic_write(path, lambda tmp: torch.save(payload, tmp))
+    if config is not None:
+        payload["config"] = config
+    return atomic_write(path, lambda tmp: torch.save(payload, tmp), checksum=True)
+
+
+_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+
+
+def _unreadable(path: Path, exc: BaseException, advice: str) -> CorruptFileError:
+    """The error for a file ``torch.load(weights_only=True)`` failed on, in our words: torch's
+    own advice for refused pickles (load with ``weights_only=False``) must never reach a user
+    who may be holding someone else's file."""
+    end = f". {advice}" if advice else ""
+    if isinstance(exc, pickle.UnpicklingError):
+        found = _GLOBAL.search(str(exc))
+        what = f"the Python object {found.group(1)}" if found else "Python objects"
+        return CorruptFileError(
+            f"{path} holds {what}, not only tensors and plain containers: it was not written by "
+            f"foldexp and is not loaded (foldexp never unpickles a run folder's files){end}"
+        )
+    size = path.stat().st_size if path.exists() else 0
+    if size == 0:
+        return CorruptFileError(f"{path} is empty (0 bytes): not a checkpoint{end}")
+    detail = str(exc).split(". ")[0].splitlines()[0] if str(exc) else type(exc).__name__
+    if "weights_only" in detail:
+        detail = type(exc).__name__
+    return CorruptFileError(
+        f"{path} is truncated or damaged ({size} bytes): not a readable checkpoint ({detail}){end}"
+    )
+
+
+def read_checkpoint(
+    path: str | Path, advice: str = "", need: Iterable[str] = ("model",)
+) -> dict[str, Any]:
+    """A checkpoint's payload, verified against its checksum and loaded weights-only; fails with
+    ``CorruptFileError`` (message ending with ``advice``) if it is damaged or lacks a ``need``
+    entry."""
+    path = Path(path)
+    verify_file(path, advice)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except (PermissionError, IsADirectoryError):
+        raise  # the file is fine, access is not
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        OSError,
+        RuntimeError,
+        ValueError,
+        zipfile.BadZipFile,
+    ) as exc:
+        raise _unreadable(path, exc, advice) from None  # torch reports damage as any of these
+    missing = [k for k in need if not isinstance(payload, dict) or k not in payload]
+    if missing:
+        raise CorruptFileError(
+            f"{path} is not a foldexp checkpoint: it has no {', '.join(missing)}"
+            + (f". {advice}" if advice else "")
+        )
+    return payload
 
 
 def load_payload(
@@ -99,9 +170,11 @@ def load_checkpoint(
     optimizer: Any = None,
     restore_rng: bool = True,
     states: dict[str, Any] | None = None,
+    advice: str = "",
 ) -> dict[str, Any]:
     """Restores what ``save_checkpoint`` wrote; returns the saved training position."""
-    payload = torch.load(path, map_location="cpu", weights_only=True)
+    need = ["model", "progress"] + (["optimizer"] if optimizer is not None else [])
+    payload = read_checkpoint(path, advice, need + (["rng"] if restore_rng else []))
     load_payload(path, payload, model, optimizer, states)
     if restore_rng:
         set_rng_state(payload["rng"])

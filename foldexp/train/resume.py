@@ -4,27 +4,164 @@ A single process saves and loads ``checkpoint.py``'s payload as it is. Under DDP
 writes, but the payload carries every rank's RNG state (``rank_rng``) so each rank's dropout
 stream continues where it stopped; on restore rank 0 reads the file and broadcasts it, so the
 other ranks need no shared file system.
+
+Every checkpoint also stores the run's resolved config. Resuming compares it with the new one
+and refuses a difference in anything that shapes the result (``seed``, ``model.*``,
+``optimizer.*``, ``dataset.*``, the batch size, …), naming each key with its old and new value:
+the resumed run would otherwise mix two experiments under the new one's name. ``MUST_MATCH``
+names what is compared (``seed``, ``dataset.*``, ``model.*``, ``optimizer.*``, ``trainer.*``);
+other groups (``device.*``, ``paths.*``, loggers) say how and where, not what. ``MAY_CHANGE``
+lists the keys among those that may differ: how long to train and when to stop, where the data
+lives, how the work is spread over processes, and what is shown. Paths inside values are
+compared relative to ``paths.*``, so a data folder that moved is not a change. A key present on
+one side only (a newer foldexp added it, with a default that keeps the old behaviour) is not
+compared; a checkpoint without a config (written before configs were stored) resumes with a
+warning.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import DictConfig, OmegaConf
 
 from foldexp.train import distributed as dd
 from foldexp.train.checkpoint import (
-    load_checkpoint,
+    CorruptFileError,
     load_payload,
+    read_checkpoint,
     rng_state,
     save_checkpoint,
     seed_everything,
     set_rng_state,
 )
 
-__all__ = ["restore_run", "save_run", "seed_rank"]
+__all__ = [
+    "LAST_ADVICE",
+    "MAY_CHANGE",
+    "MUST_MATCH",
+    "ResumeConfigError",
+    "check_resume",
+    "config_changes",
+    "restore_run",
+    "run_config",
+    "save_run",
+    "seed_rank",
+]
+
+log = logging.getLogger("foldexp.train")
+
+# What a resumed run must share with the run it continues (fnmatch patterns over dotted keys);
+# other groups (device.*, paths.*, logger.*, task_name, ...) say how and where, never what.
+MUST_MATCH = ("seed", "dataset.*", "model.*", "optimizer.*", "trainer.*")
+# Keys within those that may change all the same.
+MAY_CHANGE = (
+    "dataset.data_dir",  # locations, not contents
+    "dataset.cache_dir",
+    "trainer.epochs",  # train longer, or stop otherwise
+    "trainer.max_steps",
+    "trainer.patience",
+    "trainer.resume",
+    "trainer.overwrite",
+    "trainer.checkpoint_every",
+    "trainer.eval_batch_size",  # evaluation only: the same sums in other batches
+    "trainer.num_workers",
+    "trainer.progress",
+    "trainer.plots",
+    "trainer.log_every_s",
+    "trainer.strategy",  # the global batch is the same on any number of processes
+    "trainer.processes",
+    "trainer.balance",
+    "trainer.find_unused_parameters",
+)
+
+LAST_ADVICE = (
+    "Restore it from a backup; or copy checkpoints/best.pt and best.pt.sha256 over last.pt and "
+    "last.pt.sha256 to go on from the best epoch; or start afresh in this folder with "
+    "trainer.resume=false trainer.overwrite=true"
+)
+
+_NEED = ("model", "optimizer", "progress", "rng")
+
+
+class ResumeConfigError(ValueError):
+    """``trainer.resume=true`` with a config that differs from the checkpoint's run."""
+
+
+def run_config(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config in plain values, as checkpoints store it."""
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        flat.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def _portable(flat: dict[str, Any]) -> dict[str, Any]:
+    """String values under one of the ``paths.*`` folders rewritten relative to its key."""
+    roots = [
+        (k, v.rstrip("/")) for k, v in flat.items() if k.startswith("paths.") and isinstance(v, str)
+    ]
+    roots = sorted(((k, v) for k, v in roots if v), key=lambda kv: -len(kv[1]))  # deepest first
+    out = {}
+    for key, value in flat.items():
+        if isinstance(value, str) and not key.startswith("paths."):
+            for root_key, root in roots:
+                if value == root or value.startswith(root + "/"):
+                    value = "${" + root_key + "}" + value[len(root) :]
+                    break
+        out[key] = value
+    return out
+
+
+def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(key, old, new)`` for every ``MUST_MATCH`` key outside ``MAY_CHANGE`` that differs."""
+    old, new = _portable(_flatten(saved)), _portable(_flatten(current))
+    return [
+        (key, old[key], new[key])
+        for key in sorted(old.keys() & new.keys())
+        if old[key] != new[key] and _compared(key)
+    ]
+
+
+def _compared(key: str) -> bool:
+    def matches(patterns: tuple[str, ...]) -> bool:
+        return any(fnmatch.fnmatchcase(key, p) for p in patterns)
+
+    return matches(MUST_MATCH) and not matches(MAY_CHANGE)
+
+
+def _refuse_changes(path: Path, saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
+    if saved is None:
+        log.warning("%s stores no config (written before configs were): not compared", path)
+        return
+    changes = config_changes(saved, current)
+    if changes:
+        listed = "; ".join(f"{k}: {old!r} in the run, {new!r} now" for k, old, new in changes)
+        raise ResumeConfigError(
+            f"trainer.resume=true but the config differs from the run in {path.parent.parent} "
+            f"({path}): {listed}. Resume with the run's values, or train this config in another "
+            "folder (hydra.run.dir=…), or replace the run with trainer.resume=false "
+            "trainer.overwrite=true"
+        )
+
+
+def check_resume(path: Path, cfg: DictConfig) -> None:
+    """Refuses (``ResumeConfigError``) to resume ``path`` under a config that changes what it
+    trains, or (``CorruptFileError``) a damaged checkpoint; nothing when ``path`` is absent."""
+    if path.exists():
+        payload = read_checkpoint(path, LAST_ADVICE, _NEED)
+        _refuse_changes(path, payload.get("config"), run_config(cfg))
 
 
 def save_run(
@@ -34,14 +171,29 @@ def save_run(
     optimizer: Any,
     progress: dict[str, Any],
     states: dict[str, Any],
+    config: dict[str, Any] | None = None,
 ) -> None:
     """Writes ``path`` atomically; under DDP every rank must call it (the RNGs are gathered)."""
     if not ctx.enabled:
-        save_checkpoint(path, model, optimizer, progress, states)
+        save_checkpoint(path, model, optimizer, progress, states, config)
         return
     rngs = dd.all_gather(ctx, rng_state())
     if ctx.is_main:
-        save_checkpoint(path, model, optimizer, {**progress, "rank_rng": rngs}, states)
+        save_checkpoint(path, model, optimizer, {**progress, "rank_rng": rngs}, states, config)
+
+
+def _read_on_main(ctx: dd.DistContext, path: Path) -> dict[str, Any] | None:
+    """Rank 0 reads ``path`` and every rank gets the payload, or the same error."""
+    payload: Any = None
+    if ctx.is_main and path.exists():
+        try:
+            payload = read_checkpoint(path, LAST_ADVICE, _NEED)
+        except CorruptFileError as exc:
+            payload = exc
+    payload = dd.broadcast(ctx, payload)
+    if isinstance(payload, Exception):
+        raise payload
+    return payload
 
 
 def restore_run(
@@ -50,27 +202,25 @@ def restore_run(
     model: torch.nn.Module,
     optimizer: Any,
     states: dict[str, Any],
+    config: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """Loads ``path`` (model, optimizer, RNGs) if it exists; returns the saved progress.
 
-    Each rank takes back its own RNG state; after a checkpoint from another number of
-    processes the ranks above 0 keep their fresh seeds.
+    With ``config``, first refuses a checkpoint whose run was configured otherwise
+    (``ResumeConfigError``). Each rank takes back its own RNG state; after a checkpoint from
+    another number of processes the ranks above 0 keep their fresh seeds.
     """
-    if not ctx.enabled:
-        if not path.exists():
-            return None
-        progress = load_checkpoint(path, model, optimizer, states=states)
-        progress.pop("rank_rng", None)
-        return progress
-    exists = ctx.is_main and path.exists()
-    payload = torch.load(path, map_location="cpu", weights_only=True) if exists else None
-    payload = dd.broadcast(ctx, payload)
+    payload = _read_on_main(ctx, path)
     if payload is None:
         return None
+    if config is not None:
+        _refuse_changes(path, payload.get("config"), config)
     load_payload(path, payload, model, optimizer, states)
     progress = payload["progress"]
     rngs = progress.pop("rank_rng", None)
-    if rngs and len(rngs) == ctx.world_size:
+    if not ctx.enabled:
+        set_rng_state(payload["rng"])
+    elif rngs and len(rngs) == ctx.world_size:
         set_rng_state(rngs[ctx.rank])
     elif not ctx.rank:
         set_rng_state(payload["rng"])

@@ -1,0 +1,200 @@
+"""Checkpoints that cannot lie: checksums, readable refusals, and resumes under the same config.
+
+Each checkpoint and result file carries a ``.sha256`` sidecar; a changed, empty or truncated
+``last.pt`` is refused naming the file, what is wrong and what to do, never with torch's advice to
+load with ``weights_only=False``. A resume whose config changes what the run trains (seed,
+optimizer, model shape) is refused naming the keys with their old and new values, before anything
+in the folder is touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import traceback
+from pathlib import Path
+
+import pytest
+import torch
+
+from foldexp.train.app import compose_config
+from foldexp.train.artifacts import (
+    CorruptFileError,
+    atomic_write,
+    checksum_path,
+    file_sha256,
+    read_verified_json,
+    verify_file,
+    write_json,
+)
+from foldexp.train.checkpoint import read_checkpoint
+from foldexp.train.loop import run_train
+from foldexp.train.resume import ResumeConfigError, config_changes
+
+TINY = [
+    "dataset.n=60",
+    "trainer.epochs=1",
+    "trainer.batch_size=16",
+    "trainer.progress=false",
+    "trainer.plots=false",
+    "model.hidden_size=8",
+    "model.embed_size=4",
+]
+RESUME = [*TINY, "trainer.resume=true", "trainer.epochs=2"]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished one-epoch run (copy it before changing anything)."""
+    out = tmp_path_factory.mktemp("finished")
+    run_train(compose_config(TINY, out))
+    return out
+
+
+@pytest.fixture
+def run(finished: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(finished, copy)
+    return copy
+
+
+def _flip_middle(path: Path, n: int = 64) -> None:
+    """Flips the low bit of ``n`` bytes in the middle of the largest weight's stored bytes:
+    plausible values, which torch loads without a murmur."""
+    weights = torch.load(path, weights_only=True)["model"].values()
+    raw = max((w.numpy().tobytes() for w in weights), key=len)
+    data = bytearray(path.read_bytes())
+    start = data.find(raw)  # torch stores tensors uncompressed
+    assert start >= 0 and len(raw) >= n
+    middle = start + (len(raw) - n) // 2
+    data[middle : middle + n] = bytes(b ^ 0x01 for b in data[middle : middle + n])
+    path.write_bytes(bytes(data))
+
+
+def _assert_refused_well(message: str, path: Path) -> None:
+    assert str(path) in message
+    assert "weights_only" not in message
+    assert "trainer.overwrite=true" in message and "best.pt" in message  # what to do
+
+
+def test_flipped_bytes_in_last_pt_are_refused(run: Path) -> None:
+    last = run / "checkpoints" / "last.pt"
+    _flip_middle(last)
+    torch.load(last, weights_only=True)  # torch itself reads it without a murmur
+    with pytest.raises(CorruptFileError, match="does not match its checksum") as err:
+        run_train(compose_config(RESUME, run))
+    _assert_refused_well(str(err.value), last)
+
+
+@pytest.mark.parametrize("sidecar", [True, False], ids=["checksummed", "legacy"])
+@pytest.mark.parametrize("keep", [0, 0.5], ids=["empty", "truncated"])
+def test_empty_or_truncated_last_pt_names_the_file(run: Path, sidecar: bool, keep: float) -> None:
+    last = run / "checkpoints" / "last.pt"
+    data = last.read_bytes()
+    last.write_bytes(data[: int(len(data) * keep)])
+    if not sidecar:
+        checksum_path(last).unlink()
+    with pytest.raises(CorruptFileError) as err:
+        run_train(compose_config(RESUME, run))
+    message = str(err.value)
+    _assert_refused_well(message, last)
+    assert ("empty (0 bytes)" if keep == 0 else "bytes") in message
+    shown = "".join(traceback.format_exception(err.value))
+    assert "EOFError" not in shown and "During handling" not in shown  # no bare torch error
+
+
+class Smuggled:
+    """Stands for any class a crafted checkpoint might name."""
+
+
+def test_refused_pickle_is_explained_without_weights_only_advice(run: Path) -> None:
+    last = run / "checkpoints" / "last.pt"
+    payload = torch.load(last, weights_only=True)
+    payload["model"] = Smuggled()
+    atomic_write(last, lambda tmp: torch.save(payload, tmp), checksum=True)  # checksum "valid"
+    with pytest.raises(CorruptFileError) as err:
+        run_train(compose_config(RESUME, run))
+    message = str(err.value)
+    assert "Smuggled" in message and "never unpickles" in message
+    _assert_refused_well(message, last)
+
+
+@pytest.mark.parametrize(
+    "override, key, old, new",
+    [
+        ("seed=5", "seed", "0", "5"),
+        ("optimizer.lr=0.5", "optimizer.lr", "0.01", "0.5"),
+        ("model.hidden_size=16", "model.hidden_size", "8", "16"),
+    ],
+)
+def test_resume_with_another_config_is_refused(
+    run: Path, override: str, key: str, old: str, new: str
+) -> None:
+    before = {p.name: file_sha256(p) for p in run.rglob("*") if p.is_file() and p.suffix != ".lock"}
+    with pytest.raises(ResumeConfigError) as err:
+        run_train(compose_config([*RESUME, override], run))
+    message = str(err.value)
+    assert f"{key}: {old} in the run, {new} now" in message and str(run) in message
+    after = {p.name: file_sha256(p) for p in run.rglob("*") if p.is_file() and p.suffix != ".lock"}
+    assert after == before  # refused before run_info.json or anything else was rewritten
+
+
+def test_resume_may_change_length_display_and_threads(run: Path) -> None:
+    extra = ["trainer.max_steps=1000", "trainer.plots=true", "device.threads=1", "task_name=x"]
+    results = run_train(compose_config([*RESUME, *extra], run))
+    assert results["epochs_run"] == 2 and results["seed"] == 0
+
+
+def test_moved_data_folder_is_not_a_change() -> None:
+    saved = {"paths": {"data_dir": "/old/data"}, "dataset": {"data_dir": "/old/data", "n": 1}}
+    now = {"paths": {"data_dir": "/new/data"}, "dataset": {"data_dir": "/new/data", "n": 2}}
+    assert config_changes(saved, now) == [("dataset.n", 1, 2)]
+
+
+def test_legacy_checkpoint_without_checksum_or_config_resumes_with_warnings(
+    run: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    last = run / "checkpoints" / "last.pt"
+    payload = torch.load(last, weights_only=True)
+    del payload["config"]
+    torch.save(payload, last)
+    for sidecar in run.rglob("*.sha256"):
+        sidecar.unlink()
+    with caplog.at_level(logging.WARNING, logger="foldexp.train"):
+        results = run_train(compose_config(RESUME, run))
+    assert results["epochs_run"] == 2
+    assert "no .sha256 sidecar" in caplog.text and "stores no config" in caplog.text
+
+
+def test_a_kill_between_checksum_and_rename_leaves_a_verifiable_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "results.json"
+    write_json(path, {"v": 1})
+    real = os.replace
+
+    def replace(src: str, dst: str) -> None:
+        if Path(dst) == path:  # the sidecar is already renamed; the file is not
+            raise KeyboardInterrupt
+        real(src, dst)
+
+    monkeypatch.setattr("foldexp.train.artifacts.os.replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        write_json(path, {"v": 2})
+    monkeypatch.undo()
+    assert read_verified_json(path) == {"v": 1}  # the old version, still intact, still accepted
+    write_json(path, {"v": 3})
+    assert read_verified_json(path) == {"v": 3}
+    path.write_text('{"v": 4}\n')
+    with pytest.raises(CorruptFileError, match=r"results\.json does not match its checksum"):
+        read_verified_json(path)
+
+
+def test_verify_file_and_read_checkpoint_for_other_readers(finished: Path) -> None:
+    assert verify_file(finished / "results.json")
+    assert read_verified_json(finished / "results.json")["seed"] == 0
+    payload = read_checkpoint(finished / "checkpoints" / "best.pt", need=("model", "config"))
+    assert payload["config"]["model"]["hidden_size"] == 8
+    line = checksum_path(finished / "results.json").read_text().splitlines()[0]
+    assert line == f"{file_sha256(finished / 'results.json')}  results.json"  # sha256sum -c
