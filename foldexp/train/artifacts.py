@@ -32,6 +32,8 @@ from typing import Any
 
 import pandas as pd
 
+from foldexp.data.jsonfile import read_json
+
 __all__ = [
     "CHECKSUM_SUFFIX",
     "CorruptFileError",
@@ -166,17 +168,8 @@ def verify_file(path: str | os.PathLike[str], advice: str = "") -> bool:
 
 def read_verified_json(path: str | os.PathLike[str], advice: str = "") -> Any:
     """A JSON file's value after ``verify_file``; malformed JSON fails naming file and line."""
-    path = Path(path)
     verify_file(path, advice)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise CorruptFileError(
-            f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})"
-            + (f". {advice}" if advice else "")
-        ) from None
-    except UnicodeDecodeError as exc:
-        raise CorruptFileError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    return read_json(path)
 
 
 # ---------------------------------------------------------------------- writing

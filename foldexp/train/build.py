@@ -22,9 +22,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from foldexp.data.jsonfile import read_json
 from foldexp.models.contract import check_model
-from foldexp.train.artifacts import write_json
+from foldexp.train.artifacts import read_verified_json, write_json
 from foldexp.train.checkpoint import load_checkpoint
 from foldexp.validate import ConfigError, check_registered, import_target
 
@@ -144,7 +143,7 @@ def load_trained(
             f"{folder} is not a trained run: it has no {RUN_INFO} (runs trained before foldexp "
             "stored it cannot be loaded; train again)"
         )
-    saved = read_json(source)
+    saved = read_verified_json(source)
     if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
         raise ConfigError(f"{source}: expected an object with 'config' and 'info'")
     config, allowed = saved["config"], set(allow_targets)

@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from foldexp.train.artifacts import write_json, write_text
-from foldexp.train.build import build_dataset, build_model, read_json
+from foldexp.train.artifacts import read_verified_json, write_json, write_text
+from foldexp.train.build import build_dataset, build_model
 from foldexp.train.checkpoint import load_checkpoint
 from foldexp.validate import ConfigError, check_registered
 
@@ -58,7 +58,7 @@ def find_runs(
             raise FileNotFoundError(
                 f"foldexp ensemble: {run} has results.json but no checkpoints/best.pt"
             )
-        results = read_json(run / "results.json")
+        results = read_verified_json(run / "results.json")
         config = results.get("config") if isinstance(results, dict) else None
         if not isinstance(config, dict) or "dataset" not in config or "model" not in config:
             raise ConfigError(f"foldexp ensemble: {run / 'results.json'} has no resolved config")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from foldexp.train.app import compose_config
+from foldexp.train.artifacts import write_json
 from foldexp.train.ensemble import run_ensemble
 from foldexp.train.eval_run import run_eval
 from foldexp.train.loop import run_train
@@ -53,7 +54,7 @@ def _crafted(run: Path, tmp_path: Path, file: str, section: str, target: str) ->
     shutil.copytree(run, copy)
     data = json.loads((copy / file).read_text())
     data["config"][section] = {"_target_": target, **PAYLOADS[target]}
-    (copy / file).write_text(json.dumps(data))
+    write_json(copy / file, data)  # with a matching checksum: a crafter can write one too
     return copy
 
 
@@ -103,6 +104,6 @@ def test_a_nested_target_is_refused_too(trained_run: Path, tmp_path: Path) -> No
     shutil.copytree(trained_run, crafted)
     data = json.loads((crafted / "results.json").read_text())
     data["config"]["model"]["vocab"] = {"_target_": "os.system", "command": "true"}
-    (crafted / "results.json").write_text(json.dumps(data))
+    write_json(crafted / "results.json", data)
     with pytest.raises(ConfigError, match=r"model\.vocab\._target_='os\.system'"):
         run_ensemble([crafted])
