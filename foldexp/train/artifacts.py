@@ -218,8 +218,18 @@ def write_metrics_csv(path: str | os.PathLike[str], rows: list[dict[str, Any]]) 
     )
 
 
-def plot_curves(csv_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> list[Path]:
-    """Draws ``loss.png`` and ``<metric>.png`` from a ``metrics.csv`` (redrawable any time)."""
+def plot_curves(
+    csv_path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    title: str | None = None,
+    best_epoch: int | None = None,
+) -> list[Path]:
+    """Draws ``loss.png`` and ``<metric>.png`` from a ``metrics.csv`` (redrawable any time).
+
+    Each plot is titled with the run (``title``, default: the run folder's name) and marks
+    ``best_epoch``, the checkpoint kept; losses go on a log axis, where late epochs' small
+    differences stay visible.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -227,6 +237,7 @@ def plot_curves(csv_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
 
     df = pd.read_csv(csv_path)
     out_dir = Path(out_dir)
+    title = title or out_dir.resolve().name
     written = []
     metrics = sorted(
         {c.split("_", 1)[1] for c in df.columns if c.startswith(("train_", "dev_")) and "_" in c}
@@ -238,8 +249,13 @@ def plot_curves(csv_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
         fig, ax = plt.subplots(figsize=(5, 3.5))
         for c in cols:
             ax.plot(df["epoch"], df[c], marker="o", label=c.split("_", 1)[0])
+        if best_epoch is not None and best_epoch >= 0:
+            ax.axvline(best_epoch, color="grey", linestyle="--", label=f"best (epoch {best_epoch})")
+        if metric == "loss" and (df[cols] > 0).all().all():
+            ax.set_yscale("log")
         ax.set_xlabel("epoch")
         ax.set_ylabel(metric)
+        ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()

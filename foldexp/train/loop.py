@@ -222,6 +222,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
 
     loaders = RunLoaders(model, tc.num_workers, cfg.seed)
     run_log = RunLoggers(cfg, out_dir, progress["step"], ctx.is_main)
+    run_title = f"{cfg.get('task_name', 'train')} · {out_dir.resolve().name} (seed {cfg.seed})"
     if resumed and run_log.csv:  # a kill between last.pt and metrics.csv left the CSV short
         repair_metrics(out_dir, progress["history"], tc.plots)
     if ctx.is_main:
@@ -355,7 +356,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
         if run_log.csv:
             write_metrics_csv(out_dir / "metrics.csv", progress["history"])
             if tc.plots:
-                plot_curves(out_dir / "metrics.csv", out_dir)
+                plot_curves(out_dir / "metrics.csv", out_dir, run_title, progress["best_epoch"])
 
     if progress["stopped"]:
         log.info("stopped early: %s", progress["stopped"])

@@ -68,3 +68,27 @@ def test_progress_lines_and_the_run_folder_in_a_log_file(
     assert any(line.startswith("epoch 0: batch 2/") and "loss" in line for line in lines)
     folder = [line for line in lines if line == f"run folder: {tmp_path}"]
     assert len(folder) == 2  # at the start and at the end
+
+
+def test_curves_name_the_run_mark_the_best_epoch_and_log_the_loss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import matplotlib.pyplot as plt
+
+    from foldexp.train.artifacts import plot_curves
+
+    csv = tmp_path / "metrics.csv"
+    csv.write_text(
+        "epoch,train_loss,dev_loss,dev_accuracy\n0,2.0,2.1,0.3\n1,1.0,1.5,0.6\n2,0.5,1.6,0.5\n"
+    )
+    figures, real_close = [], plt.close
+    monkeypatch.setattr(plt, "close", lambda fig: figures.append(fig))
+    written = plot_curves(csv, tmp_path, title="calc · run7", best_epoch=1)
+    assert sorted(p.name for p in written) == ["accuracy.png", "loss.png"]
+    axes = {fig.axes[0].get_ylabel(): fig.axes[0] for fig in figures}
+    assert axes["loss"].get_yscale() == "log" and axes["accuracy"].get_yscale() == "linear"
+    for ax in axes.values():
+        assert ax.get_title() == "calc · run7"
+        assert "best (epoch 1)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    for fig in figures:
+        real_close(fig)
