@@ -157,9 +157,34 @@ def _eval(argv: list[str]) -> int:
 
 
 def _data(argv: list[str]) -> int:
+    from foldexp.train.data_stats import KINDS
+
+    if len(argv) >= 2 and argv[0] in ("stats", "import") and argv[1] in KINDS:
+        return _own_data(argv)
     from foldexp.data.cli import main as data_main
 
     return data_main(argv)
+
+
+def _own_data(argv: list[str]) -> int:
+    """``foldexp data stats|import KIND key=value …``: files of one's own, read as training
+    reads them (``foldexp.train.data_stats``)."""
+    from foldexp.data.paths import resolve_data_dir
+    from foldexp.train.data_stats import dataset_stats, import_files
+
+    command, kind = argv[0], argv[1]
+    ap = argparse.ArgumentParser(
+        prog=f"foldexp data {command} {kind}",
+        description=f"{command} a {kind} dataset of your own; the keys are the dataset config's "
+        f"(foldexp train experiment={kind} --cfg job lists them), e.g. path=FILE",
+    )
+    ap.add_argument("overrides", nargs="+", help="dataset keys, e.g. path=FILE")
+    ap.add_argument("--out", default="outputs/data-stats", help="stats: folder for KIND.png")
+    ap.add_argument("--data-dir", default=None, help="import: the data folder (FOLDEXP_DATA)")
+    a = ap.parse_args(argv[2:])
+    if command == "stats":
+        return dataset_stats(kind, a.overrides, a.out)
+    return import_files(kind, a.overrides, resolve_data_dir(a.data_dir))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -268,6 +268,9 @@ def register_configs() -> None:
     cs.store(group="model", name="seq_lstm_schema", node=SequenceLSTMModelConfig)
     cs.store(group="model", name="weave_schema", node=WeaveModelConfig)
     cs.store(group="model", name="ff_attention_schema", node=AttentionModelConfig)
+    cs.store(group="dataset", name="trees_ptb_schema", node=TreesPTBDataConfig)
+    cs.store(group="dataset", name="text_csv_schema", node=TextCSVDataConfig)
+    cs.store(group="model", name="child_sum_tree_lstm_schema", node=ChildSumTreeLSTMModelConfig)
     _registered = True
 
 
@@ -382,3 +385,92 @@ class AttentionModelConfig:
     score: AttentionScore = AttentionScore.tanh
     dropout: float = probability(0.0)
     tolerance: float = positive(0.04)
+
+
+# ---------------------------------------------------------------------- trees and texts of one's
+# own: trees_ptb, text_csv and the child-sum Tree-LSTM (registered in register_configs above)
+
+
+class TreeSplit(str, Enum):
+    files = "files"  # dataset.path is a folder with train/dev/test files
+    random = "random"  # dataset.path is one file, split by dataset.fractions and dataset.seed
+
+
+class TextSplit(str, Enum):
+    random = "random"
+    column = "column"
+
+
+class Tokenizer(str, Enum):
+    whitespace = "whitespace"
+    chars = "chars"
+
+
+@dataclass
+class TreesPTBDataConfig:
+    """``trees_ptb``: PTB-format trees with integer labels (``foldexp.train.tree_data``)."""
+
+    _target_: str = "foldexp.train.tree_data.trees_ptb"
+    name: str = "trees_ptb"
+    path: str = MISSING  # a folder with the three files, or one file (split=random)
+    train_file: str = "train.txt"
+    dev_file: str = "dev.txt"
+    test_file: str = "test.txt"
+    split: TreeSplit = TreeSplit.files
+    fractions: list[float] = ranged([0.8, 0.1, 0.1], ge=0, le=1)
+    seed: int = non_negative(0)
+    num_classes: int | None = ranged(None, ge=2, none_ok=True)  # null: largest train label + 1
+    label_map: list[int] | None = ranged(None, ge=-1, none_ok=True)  # file label -> class id
+    drop_unscored_roots: bool = False
+    predict_classes: int | None = ranged(None, ge=2, none_ok=True)
+    polarity: list[list[int]] | None = ranged(None, ge=0, none_ok=True)  # [[neg], [pos]] classes
+    class_names: list[str] | None = None
+    labels: NodeLabels = NodeLabels.all
+    collapse_unary: bool = False
+    lowercase: bool = False
+    min_count: int = positive(1)
+    word_vectors: str | None = None
+    vector_vocab: bool = False
+    limit: int = non_negative(0)
+
+
+@dataclass
+class TextCSVDataConfig:
+    """``text_csv``: sentence classification from a CSV (``foldexp.train.text_data``)."""
+
+    _target_: str = "foldexp.train.text_data.text_csv"
+    name: str = "text_csv"
+    path: str = MISSING  # the CSV or CSV.gz file
+    text_column: str = "text"
+    label_column: str = "label"
+    tokenizer: Tokenizer = Tokenizer.whitespace
+    lowercase: bool = False
+    min_count: int = positive(1)
+    word_vectors: str | None = None
+    split: TextSplit = TextSplit.random
+    split_column: str = "split"  # split=column: train / valid or dev / test per row
+    fractions: list[float] = ranged([0.8, 0.1, 0.1], ge=0, le=1)
+    seed: int = non_negative(0)
+    on_invalid: OnInvalid = OnInvalid.error
+    limit: int = non_negative(0)
+
+
+@dataclass
+class ChildSumTreeLSTMModelConfig:
+    _target_: str = "foldexp.models.child_sum.ChildSumTreeLSTMClassifier"
+    name: str = "child_sum_tree_lstm"
+    embed_size: int = positive(64)
+    hidden_size: int = positive(64)
+    dropout: float = probability(0.0)
+    embedding_dropout: float | None = probability(None, none_ok=True)
+    freeze_embeddings: bool = False
+    node_loss: bool = True
+    embedding_lr: float | None = ranged(None, gt=0, none_ok=True)
+    embedding_weight_decay: float | None = ranged(None, ge=0, none_ok=True)
+    embedding_optimizer: EmbeddingOptimizer | None = None
+    recurrent_dropout: float = probability(0.0)
+    forget_bias: float = 0.0  # any real number is a valid initial bias (as tree_lstm's)
+    word_dropout: float = probability(0.0)
+    root_loss_weight: float = non_negative(0.0)
+    static_vectors: bool = False
+    label_smoothing: float = probability(0.0)

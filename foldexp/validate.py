@@ -52,12 +52,15 @@ _DATASET_SCHEMAS = (
     schemas.SSTSentencesDataConfig,
     schemas.MoleculeDataConfig,
     schemas.MarkedSequencesDataConfig,
+    schemas.TreesPTBDataConfig,
+    schemas.TextCSVDataConfig,
 )
 _MODEL_SCHEMAS = (
     schemas.TreeLSTMModelConfig,
     schemas.SequenceLSTMModelConfig,
     schemas.WeaveModelConfig,
     schemas.AttentionModelConfig,
+    schemas.ChildSumTreeLSTMModelConfig,
 )
 _OPTIMIZERS = ("torch.optim.Adam", "torch.optim.AdamW", "torch.optim.Adagrad", "torch.optim.SGD")
 
@@ -126,10 +129,16 @@ def _check_value(key: str, value: Any, spec: dataclasses.Field) -> None:
         if spec.metadata.get("none_ok"):
             return
         raise ConfigError(f"{key}=null; expected a number with {rng.describe()}")
-    values = value if isinstance(value, (list, ListConfig)) else [value]
-    for v in values:
+    for v in _numbers(value):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not rng.allows(v):
             raise ConfigError(f"{key}={value}; expected {rng.describe()}")
+
+
+def _numbers(value: Any) -> list[Any]:
+    """The elements of a (nested) list value, or the value itself: a range holds for each."""
+    if isinstance(value, (list, ListConfig)):
+        return [v for item in value for v in _numbers(item)]
+    return [value]
 
 
 def _check_node(prefix: str, node: Mapping[str, Any], schema: type) -> None:

@@ -21,6 +21,11 @@ datasets:
   esol      ESOL / Delaney aqueous solubility (molecules/delaney-processed.csv)
   freesolv  FreeSolv hydration free energy (molecules/freesolv.csv)
 
+Files of your own (checked and split exactly as `foldexp train` reads them):
+  foldexp data stats molecules_csv path=FILE smiles_column=COL "targets=[T1,T2]"
+  foldexp data stats trees_ptb path=DIR
+  foldexp data import text_csv path=FILE text_column=COL label_column=COL
+
 The data directory is --data-dir, else ${DATA_ENV_VAR}, else ./data.
 Offline? Download the file elsewhere, then e.g.:
   foldexp data import sst ~/Downloads/trainDevTestTrees_PTB.zip

@@ -118,7 +118,7 @@ def molecule_stats(name: str, data_dir: PathLike | None = None) -> tuple[pd.Data
     return table, {"all": {"atoms": atoms, dataset.target_names[0]: target}}
 
 
-def _save_histograms(samples: dict[str, dict[str, np.ndarray]], title: str, path: Path) -> None:
+def save_histograms(samples: dict[str, dict[str, np.ndarray]], title: str, path: Path) -> None:
     """One histogram per quantity, one colour per group; written with the Agg canvas."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -158,7 +158,7 @@ def stats_command(
         raise ValueError(f"no statistics for {name!r}; expected one of {', '.join(collectors)}")
     table, samples = collectors[name]()
     png = Path(out_dir) / f"{name}.png"
-    _save_histograms(samples, f"{name} ({resolve_data_dir(data_dir)})", png)
+    save_histograms(samples, f"{name} ({resolve_data_dir(data_dir)})", png)
     print(markdown_table(table))
     print(f"\nhistograms: {png}")
     return 0

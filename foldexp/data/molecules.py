@@ -5,6 +5,12 @@ Any CSV with a SMILES column and one or more numeric target columns can be loade
 the two MoleculeNet regression sets. Empty, ``nan`` or ``NA`` targets are missing: they are stored
 as 0 with ``target_mask`` False, so a masked loss can skip them (NaN would poison a sum).
 
+The file may be gzipped (recognised by its magic bytes, not its name) and separated by commas,
+tabs or semicolons (the header line decides). What cannot be trained on is refused at load,
+naming the file and the line, row or column: text that is not UTF-8, a header without data rows,
+a target that is not a number or does not fit float32 (``inf``, ``1e39``), a target column with
+no value at all.
+
 Invalid SMILES (RDKit cannot parse them) raise :class:`MoleculeError` listing the first offending
 rows, or with ``on_invalid="skip"`` are left out with a :class:`DataWarning` that counts and names
 them -- every time the dataset is loaded, cached or not.
@@ -16,12 +22,15 @@ featuriser version, RDKit version, options), written atomically, so a second loa
 from __future__ import annotations
 
 import csv
+import gzip
 import hashlib
+import io
 import json
 import math
 import os
 import sys
 import warnings
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,12 +46,20 @@ from foldexp.data.paths import resolve_data_dir
 
 __all__ = [
     "ESOL_FILE",
+    "ESOL_TARGET",
+    "FETCHABLE",
     "FREESOLV_FILE",
+    "FREESOLV_TARGET",
+    "check_molecule_csv",
     "MoleculeDataset",
     "MoleculeGraph",
     "load_esol",
     "load_freesolv",
     "load_molecule_csv",
+    "not_found",
+    "read_csv_column",
+    "read_csv_text",
+    "sniff_delimiter",
 ]
 
 ESOL_FILE = "molecules/delaney-processed.csv"
@@ -51,6 +68,10 @@ FREESOLV_FILE = "molecules/freesolv.csv"
 FREESOLV_TARGET = "expt"
 
 _MISSING = {"", "nan", "na", "n/a", "none", "null"}
+# Part of the cache key: a cache written before the reader refused a file is not trusted.
+_READER_VERSION = 2
+#: File name → the dataset ``foldexp data fetch`` gets it as (for "not found" messages).
+FETCHABLE = {"delaney-processed.csv": "esol", "freesolv.csv": "freesolv"}
 _SHOW_INVALID = 5  # rows named in an invalid-SMILES message
 
 OnInvalid = Literal["raise", "skip"]
@@ -129,6 +150,30 @@ class MoleculeDataset(Sequence[MoleculeGraph]):
             [self.graphs[i] for i in idx], self.target_names, self.source, self.rows[idx]
         )
 
+    def target_summary(self) -> list[dict[str, object]]:
+        """One row per target: labelled and missing counts, and for a 0/1 column the positives,
+        else mean, std, min and max of the labelled values (``foldexp data stats``)."""
+        out: list[dict[str, object]] = []
+        for k, name in enumerate(self.target_names):
+            values = self.targets[:, k][self.target_mask[:, k]].astype(np.float64)
+            row: dict[str, object] = {
+                "target": name,
+                "labelled": int(len(values)),
+                "missing": int(len(self) - len(values)),
+            }
+            if len(values) and np.isin(values, (0.0, 1.0)).all():
+                row.update(kind="binary", positives=int(values.sum()))
+            elif len(values):
+                row.update(
+                    kind="numeric",
+                    mean=float(values.mean()),
+                    std=float(values.std()),
+                    min=float(values.min()),
+                    max=float(values.max()),
+                )
+            out.append(row)
+        return out
+
     def __repr__(self) -> str:
         return (
             f"MoleculeDataset({self.source.name}, {len(self)} molecules, "
@@ -138,64 +183,149 @@ class MoleculeDataset(Sequence[MoleculeGraph]):
 
 # ---------------------------------------------------------------------- CSV reading
 
+_GZIP_MAGIC = b"\x1f\x8b"
+_DELIMITERS = (",", "\t", ";")  # comma first: it wins a tie
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def read_csv_text(path: str | os.PathLike[str]) -> str:
+    """The text of a CSV file, gunzipped when it starts with gzip's magic bytes (whatever its
+    name), decoded as UTF-8 (a byte-order mark is dropped).
+
+    Raises:
+        FormatError: The gzip stream is damaged, or the text is not UTF-8 (naming the line).
+    """
+    path = Path(path)
+    raw = path.read_bytes()
+    if raw[:2] == _GZIP_MAGIC:
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise FormatError(f"{path}: a damaged gzip file ({exc}); expected a CSV.gz") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise FormatError(
+            f"{path}:{line}: expected UTF-8 text, found byte 0x{raw[exc.start]:02x} "
+            f"({exc.reason}); save the file as UTF-8"
+        ) from None
+
+
+def sniff_delimiter(header_line: str) -> str:
+    """The header's field separator: the most frequent of comma, tab and semicolon (comma when
+    none occurs or on a tie). SMILES never contain these characters, so the header decides."""
+    counts = [header_line.count(d) for d in _DELIMITERS]
+    return _DELIMITERS[counts.index(max(counts))]
+
+
+def _records(path: Path) -> tuple[list[str], Iterator[tuple[int, int, list[str]]]]:
+    """The header (stripped names) and ``(row number, line, fields)`` of every data record.
+
+    Row numbers count records after the header from 1 (blank records included, so a row number
+    is stable); blank records themselves are not yielded.
+    """
+    text = read_csv_text(path)
+    first_line = text.split("\n", 1)[0]
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sniff_delimiter(first_line))
+    try:
+        header = next(reader, None)
+    except csv.Error as exc:
+        raise FormatError(f"{path}:1: malformed CSV header: {exc}") from None
+    if header is None:
+        raise MoleculeError(f"{path}: expected a CSV header line, got an empty file")
+    if not any(h.strip() for h in header):
+        raise MoleculeError(f"{path}:1: expected a CSV header line, got a blank line")
+
+    def rows() -> Iterator[tuple[int, int, list[str]]]:
+        try:
+            for row_number, record in enumerate(reader, start=1):
+                if record and any(x.strip() for x in record):  # a blank line holds no data
+                    yield row_number, reader.line_num, record
+        except csv.Error as exc:
+            raise FormatError(f"{path}:{reader.line_num}: malformed CSV: {exc}") from None
+
+    return [h.strip() for h in header], rows()
+
+
+def _column_indices(path: Path, header: list[str], columns: Sequence[str]) -> list[int]:
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise MoleculeError(
+            f"{path}:1: expected column(s) {missing} in the header; the columns are {header}"
+        )
+    return [header.index(c) for c in columns]
+
+
+def _target_value(path: Path, line: int, row: int, name: str, text: str) -> float | None:
+    """A target field as a float, ``None`` when missing; refuses what float32 cannot hold."""
+    if text.lower() in _MISSING:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise MoleculeError(
+            f"{path}:{line}: row {row}, column {name!r}: "
+            f"expected a number or an empty field, got {text!r}"
+        ) from None
+    if math.isnan(value):
+        return None
+    if not abs(value) <= _FLOAT32_MAX:  # inf, or finite but beyond float32 (1e39)
+        raise MoleculeError(
+            f"{path}:{line}: row {row}, column {name!r}: expected a finite number within "
+            f"float32's range (|x| <= {_FLOAT32_MAX:.3g}), got {text!r}"
+        )
+    return value
+
 
 def _read_csv(
     path: Path, smiles_column: str, target_columns: Sequence[str]
 ) -> tuple[list[int], list[str], np.ndarray, np.ndarray]:
     """Return data rows, SMILES, targets and mask from a CSV; errors name file, row and column."""
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            reader = csv.reader(f)
-            header = next(reader, None)
-            if header is None:
-                raise MoleculeError(f"{path}: expected a CSV header line, got an empty file")
-            header = [h.strip() for h in header]
-            missing = [c for c in (smiles_column, *target_columns) if c not in header]
-            if missing:
-                raise MoleculeError(
-                    f"{path}:1: expected column(s) {missing} in the header; "
-                    f"the columns are {header}"
-                )
-            s_col = header.index(smiles_column)
-            t_cols = [header.index(c) for c in target_columns]
-            rows, smiles, values, mask = [], [], [], []
-            for row_number, record in enumerate(reader, start=1):
-                if not record or all(not x.strip() for x in record):
-                    continue  # a blank line holds no data
-                line = reader.line_num
-                if len(record) != len(header):
-                    raise MoleculeError(
-                        f"{path}:{line}: row {row_number}: expected {len(header)} fields, "
-                        f"got {len(record)}"
-                    )
-                rows.append(row_number)
-                smiles.append(record[s_col].strip())
-                row_values, row_mask = [], []
-                for name, col in zip(target_columns, t_cols, strict=True):
-                    text = record[col].strip()
-                    if text.lower() in _MISSING:
-                        row_values.append(0.0)
-                        row_mask.append(False)
-                        continue
-                    try:
-                        value = float(text)
-                    except ValueError:
-                        raise MoleculeError(
-                            f"{path}:{line}: row {row_number}, column {name!r}: "
-                            f"expected a number or an empty field, got {text!r}"
-                        ) from None
-                    row_values.append(0.0 if math.isnan(value) else value)
-                    row_mask.append(not math.isnan(value))
-                values.append(row_values)
-                mask.append(row_mask)
-    except UnicodeDecodeError as exc:
-        raise FormatError(f"{path}: expected a UTF-8 CSV file ({exc.reason})") from None
-    except csv.Error as exc:
-        raise FormatError(f"{path}: malformed CSV: {exc}") from None
+    header, records = _records(path)
+    s_col, *t_cols = _column_indices(path, header, (smiles_column, *target_columns))
+    rows, smiles, values, mask = [], [], [], []
+    for row_number, line, record in records:
+        if len(record) != len(header):
+            raise MoleculeError(
+                f"{path}:{line}: row {row_number}: expected {len(header)} fields, got {len(record)}"
+            )
+        rows.append(row_number)
+        smiles.append(record[s_col].strip())
+        parsed = [
+            _target_value(path, line, row_number, name, record[col].strip())
+            for name, col in zip(target_columns, t_cols, strict=True)
+        ]
+        values.append([0.0 if v is None else v for v in parsed])
+        mask.append([v is not None for v in parsed])
+    if not rows:
+        raise MoleculeError(f"{path}: has a header but no data rows; expected one molecule a row")
     n_targets = len(target_columns)
     targets = np.array(values, dtype=np.float32).reshape(-1, n_targets)
     target_mask = np.array(mask, dtype=bool).reshape(-1, n_targets)
+    empty = [name for name, any_value in zip(target_columns, target_mask.any(0)) if not any_value]
+    if empty:
+        raise MoleculeError(
+            f"{path}: target column(s) {empty} hold no value in any of the {len(rows)} rows; "
+            "expected numbers (empty fields are missing values)"
+        )
     return rows, smiles, targets, target_mask
+
+
+def read_csv_column(path: str | os.PathLike[str], column: str) -> dict[int, str]:
+    """One column of a CSV as ``{row number: stripped value}``, rows numbered as
+    :func:`load_molecule_csv` numbers them (``MoleculeDataset.rows``)."""
+    path = Path(path)
+    header, records = _records(path)
+    (col,) = _column_indices(path, header, (column,))
+    out = {}
+    for row_number, line, record in records:
+        if len(record) != len(header):
+            raise MoleculeError(
+                f"{path}:{line}: row {row_number}: expected {len(header)} fields, got {len(record)}"
+            )
+        out[row_number] = record[col].strip()
+    return out
 
 
 def _describe_invalid(path: Path, invalid: list[tuple[int, str]]) -> str:
@@ -205,6 +335,19 @@ def _describe_invalid(path: Path, invalid: list[tuple[int, str]]) -> str:
 
 
 # ---------------------------------------------------------------------- loading
+
+
+def check_molecule_csv(
+    path: str | os.PathLike[str], *, smiles_column: str, target_columns: Sequence[str]
+) -> int:
+    """Reads a molecule CSV as :func:`load_molecule_csv` does, without featurising, and returns
+    its number of data rows; raises the same errors (``foldexp data import`` checks a file so;
+    SMILES are not parsed)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    rows, _, _, _ = _read_csv(path, smiles_column, tuple(target_columns))
+    return len(rows)
 
 
 def load_molecule_csv(
@@ -219,7 +362,7 @@ def load_molecule_csv(
     """Load and featurise a CSV of molecules.
 
     Args:
-        path: The CSV file (UTF-8, header line first).
+        path: The CSV or CSV.gz file (UTF-8, header line first; comma, tab or semicolon).
         smiles_column: Name of the SMILES column.
         target_columns: Name(s) of the numeric target column(s); empty or ``nan`` = missing.
         on_invalid: ``"raise"`` (default) a :class:`MoleculeError` naming the first invalid rows,
@@ -232,8 +375,10 @@ def load_molecule_csv(
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        MoleculeError: A column is missing, a target is not a number, or (``on_invalid="raise"``)
-            a SMILES is invalid.
+        FormatError: The file is not UTF-8 (naming the line) or a damaged gzip file.
+        MoleculeError: The file has no data rows, a column is missing or holds no target at all,
+            a target is not a finite float32 number, or (``on_invalid="raise"``) a SMILES is
+            invalid.
     """
     if on_invalid not in ("raise", "skip"):
         raise ValueError(f"on_invalid must be 'raise' or 'skip', got {on_invalid!r}")
@@ -247,6 +392,7 @@ def load_molecule_csv(
     cache_file = None
     if cache_dir is not None:
         options = {
+            "reader": _READER_VERSION,
             "smiles_column": smiles_column,
             "target_columns": list(targets_tuple),
             "on_invalid": on_invalid,
@@ -339,14 +485,19 @@ def _cache_key(path: Path, options: dict) -> str:
     return digest.hexdigest()
 
 
+def not_found(name: str, path: Path) -> DatasetNotFoundError:
+    """The error for a missing file of a dataset ``foldexp data fetch`` knows."""
+    return DatasetNotFoundError(
+        f"{name} not found: {path} does not exist. Get it with `foldexp data fetch {name}` "
+        f"(needs internet) or `foldexp data import {name} PATH` with a local CSV; the data "
+        "directory is FOLDEXP_DATA or ./data unless --data-dir is given."
+    )
+
+
 def _named_dataset(name: str, relative: str, target: str, data_dir, **options) -> MoleculeDataset:
     path = resolve_data_dir(data_dir) / relative
     if not path.is_file():
-        raise DatasetNotFoundError(
-            f"{name} not found: {path} does not exist. Get it with `foldexp data fetch {name}` "
-            f"(needs internet) or `foldexp data import {name} PATH` with a local CSV; the data "
-            "directory is FOLDEXP_DATA or ./data unless --data-dir is given."
-        )
+        raise not_found(name, path)
     return load_molecule_csv(path, smiles_column="smiles", target_columns=[target], **options)
 
 

@@ -1,4 +1,5 @@
-"""Train/dev/test splits: seeded random splits and the Bemis-Murcko scaffold split.
+"""Train/dev/test splits: seeded random splits, the Bemis-Murcko scaffold split, and splits
+named by a column of the data (:func:`column_split`).
 
 Splits are returned as index arrays into the dataset, so the same split can be applied to
 molecules, trees or any parallel list with :func:`take`. Every function is deterministic: the
@@ -13,7 +14,17 @@ from typing import TypeVar
 
 import numpy as np
 
-__all__ = ["murcko_scaffold", "random_split", "scaffold_split", "split_sizes", "take"]
+from foldexp.data.errors import FormatError
+
+__all__ = [
+    "SPLIT_NAMES",
+    "column_split",
+    "murcko_scaffold",
+    "random_split",
+    "scaffold_split",
+    "split_sizes",
+    "take",
+]
 
 T = TypeVar("T")
 
@@ -101,3 +112,67 @@ def scaffold_split(
 def take(items: Sequence[T], indices: np.ndarray | Sequence[int]) -> list[T]:
     """Return ``[items[i] for i in indices]``."""
     return [items[int(i)] for i in indices]
+
+
+#: A split column's values (compared lower-case) → part: 0 train, 1 dev, 2 test.
+SPLIT_NAMES = {
+    "train": 0,
+    "training": 0,
+    "valid": 1,
+    "validation": 1,
+    "val": 1,
+    "dev": 1,
+    "test": 2,
+    "testing": 2,
+}
+
+
+def column_split(
+    labels: Sequence[str],
+    rows: Sequence[int],
+    fractions: Sequence[float] = (0.8, 0.1, 0.1),
+    seed: int = 0,
+    where: str = "the split column",
+) -> tuple[np.ndarray, ...]:
+    """The parts a column names: ``train``, ``valid``/``dev``/``validation``/``val`` or ``test``
+    (any case) for each example.
+
+    A file that names train and test only (as many benchmark files do) gets its dev part drawn
+    from train at random with ``seed``: ``fractions[1] / (fractions[0] + fractions[1])`` of it.
+
+    Args:
+        labels: Each example's value in the column.
+        rows: Each example's row in the file (named in errors).
+        fractions: Only used to draw dev from train, as above.
+        seed: Seed of that draw.
+        where: The file and column, for error messages.
+
+    Raises:
+        FormatError: A value is none of the above (naming its row), or there is no train or
+            no test example, or train is too small to give dev a share.
+    """
+    part = np.empty(len(labels), dtype=np.int64)
+    for i, label in enumerate(labels):
+        k = SPLIT_NAMES.get(label.strip().lower())
+        if k is None:
+            raise FormatError(
+                f"{where}: row {rows[i]} (line {rows[i] + 1}) says {label!r}; expected train, "
+                "valid (or dev) or test"
+            )
+        part[i] = k
+    train, dev, test = (np.flatnonzero(part == k) for k in range(3))
+    for name, idx in (("train", train), ("test", test)):
+        if not len(idx):
+            raise FormatError(f"{where}: no row says {name}; expected train, valid and test rows")
+    if not len(dev):  # train/test only: dev comes out of train
+        share = fractions[1] / max(fractions[0] + fractions[1], 1e-12)
+        n_dev = int(round(share * len(train)))
+        if not 0 < n_dev < len(train):
+            raise FormatError(
+                f"{where}: names no valid rows, and {len(train)} train rows with dev share "
+                f"{share:.3g} (from the fractions) leave no dev or no train example"
+            )
+        chosen = np.random.default_rng(seed).permutation(len(train))[:n_dev]
+        dev = np.sort(train[chosen])
+        train = np.setdiff1d(train, dev)
+    return tuple(p.astype(np.int64) for p in (train, dev, test))

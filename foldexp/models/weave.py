@@ -8,33 +8,51 @@ and pairs are most of the work (N² per molecule against N). ``weave_network`` s
 maps every atom through ``FC(graph_size, tanh)``, pools over atoms (sum or mean) and reads out
 with an MLP.
 
-``WeaveRegressor`` is the trainable model: targets standardised with the training split's mean
-and standard deviation (``bundle.info``), a masked mean-squared-error loss (missing targets carry
-no loss), and RMSE / MAE reported in the targets' original units.
+``WeaveModel`` is the trainable model, one network for both tasks (``task`` comes from the
+dataset's ``info``):
+
+- regression: targets standardised with the training split's mean and standard deviation, a
+  masked mean-squared-error loss (missing targets carry no loss), and RMSE / MAE reported in the
+  targets' original units over every labelled entry (plus per target when there are several);
+- classification: one sigmoid output per task, a masked binary cross-entropy (optionally each
+  task's positives weighted by ``pos_weight``), and ``roc_auc`` / ``prc_auc`` (average
+  precision), each the mean over the tasks that have both classes among the split's labels, as
+  MoleculeNet reports them; ``nan`` when no task has (the dataset builder refuses a dev or test
+  split like that, so only a tiny train sample can show it).
+
+``WeaveRegressor`` is the same class under its former name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import foldexp.blocks as fb
 from foldexp.compiler.schedule import Plan
 from foldexp.executor.compiled import Compiler
 from foldexp.models.paper import weave_module
+from foldexp.models.scores import average_precision, roc_auc, two_classes
 
 __all__ = [
     "molecule_input",
     "weave_atoms",
     "weave_layer",
     "weave_network",
+    "TASKS",
+    "WeaveModel",
     "WeaveRegressor",
     "MoleculeBatch",
 ]
+
+TASKS = ("regression", "classification")
 
 
 def molecule_input(atom_features: int, pair_features: int) -> fb.Block:
@@ -117,13 +135,24 @@ class MoleculeBatch:
     size: int
 
 
-class WeaveRegressor(nn.Module):
-    """Weave graph convolution regressing molecular properties (ESOL, FreeSolv).
+def _column_suffixes(names: Sequence[str]) -> list[str]:
+    """Target names as metric-name suffixes (``metrics.csv`` columns): word characters only,
+    numbered where two would collide."""
+    plain = [re.sub(r"\W+", "_", name).strip("_") or "target" for name in names]
+    return [s if plain.count(s) == 1 else f"{s}_{k}" for k, s in enumerate(plain)]
+
+
+class WeaveModel(nn.Module):
+    """Weave graph convolution predicting molecular properties: regression or classification.
 
     Args:
         atom_features, pair_features, num_targets: sizes (from ``bundle.info``).
-        target_mean, target_std: per-target statistics of the training split; the network
-            predicts standardised targets and metrics are reported in original units.
+        target_mean, target_std: per-target statistics of the training split (regression); the
+            network predicts standardised targets and metrics are reported in original units.
+        task: ``regression`` or ``classification`` (one binary task per target).
+        target_names: the targets' names (prediction columns, per-target metrics).
+        pos_weight: classification: each task's weight of a positive label in the loss
+            (e.g. negatives / positives on train); ``None``: 1.
         layers, atom_size, pair_size, graph_size, mlp_size, pool, dropout: see
             :func:`weave_network`.
     """
@@ -143,8 +172,23 @@ class WeaveRegressor(nn.Module):
         pool: str = "sum",
         dropout: float = 0.0,
         name: str = "weave",
+        task: str = "regression",
+        target_names: Sequence[str] | None = None,
+        pos_weight: Sequence[float] | None = None,
     ) -> None:
         super().__init__()
+        task = str(getattr(task, "value", task))
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
+        self.task = task
+        self.target_names = (
+            [str(t) for t in target_names]
+            if target_names is not None
+            else [f"target_{k}" for k in range(num_targets)]
+        )
+        if len(self.target_names) != num_targets:
+            raise ValueError(f"{len(self.target_names)} target_names for num_targets={num_targets}")
+        self._suffixes = _column_suffixes(self.target_names)
         net = weave_network(
             atom_features,
             pair_features,
@@ -164,6 +208,9 @@ class WeaveRegressor(nn.Module):
         # Buffers: saved in checkpoints with the weights, moved with the model.
         self.register_buffer("target_mean", mean.float().reshape(num_targets))
         self.register_buffer("target_std", std.float().reshape(num_targets))
+        if task == "classification":
+            weight = torch.ones(num_targets) if pos_weight is None else torch.tensor(pos_weight)
+            self.register_buffer("pos_weight", weight.float().reshape(num_targets))
 
     def collate(self, molecules: Sequence[Any]) -> MoleculeBatch:
         """Traces and schedules a batch (safe to call in DataLoader workers)."""
@@ -172,28 +219,110 @@ class WeaveRegressor(nn.Module):
         return MoleculeBatch(self.compiler.build(molecules), targets, mask, len(molecules))
 
     def predict(self, batch: MoleculeBatch) -> torch.Tensor:
-        """Predictions in the targets' original units, ``(B, T)``."""
-        return self.compiler.run(batch.plan) * self.target_std + self.target_mean
+        """``(B, T)``: targets in their original units, or each task's positive probability."""
+        z = self.compiler.run(batch.plan)
+        if self.task == "classification":
+            return torch.sigmoid(z)
+        return z * self.target_std + self.target_mean
+
+    def prediction_columns(self) -> list[str]:
+        """The columns of :meth:`predict`: ``<target>`` or ``<target>_probability``."""
+        if self.task == "classification":
+            return [f"{t}_probability" for t in self.target_names]
+        return list(self.target_names)
+
+    def selection(self) -> tuple[str, str]:
+        """The dev metric that picks the best epoch (``trainer.select_metric=auto``)."""
+        return ("roc_auc", "max") if self.task == "classification" else ("rmse", "min")
 
     def forward(self, batch: MoleculeBatch) -> dict[str, torch.Tensor]:
-        """Masked MSE on standardised targets; squared and absolute errors in original units."""
+        """The masked loss of the task, and the statistics ``summarize`` turns into metrics."""
         z = self.compiler.run(batch.plan)
         targets = batch.targets.to(z.device)
         mask = batch.mask.to(z.device)
+        if self.task == "classification":
+            return self._classification(z, targets, mask)
+        return self._regression(z, targets, mask)
+
+    def _regression(
+        self, z: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """Masked MSE on standardised targets; squared and absolute errors in original units."""
         z_target = (targets - self.target_mean) / self.target_std
         # Missing targets are stored as 0: where() keeps them (and their gradients) out.
         sq = torch.where(mask, (z - z_target) ** 2, torch.zeros_like(z))
         loss = sq.sum() / mask.sum().clamp(min=1)
         err = torch.where(mask, (z - z_target) * self.target_std, torch.zeros_like(z)).detach()
-        return {
+        out = {
             "loss": loss,
             "sq_error": (err**2).sum(),
             "abs_error": err.abs().sum(),
             "count": mask.sum(),
         }
+        if len(self.target_names) > 1:  # per target too: scalars, summed like the rest
+            for k in range(len(self.target_names)):
+                out[f"sq_error_{k}"] = (err[:, k] ** 2).sum()
+                out[f"abs_error_{k}"] = err[:, k].abs().sum()
+                out[f"count_{k}"] = mask[:, k].sum()
+        return out
 
-    @staticmethod
-    def summarize(sums: dict[str, float]) -> dict[str, float]:
-        """RMSE and MAE over every labelled target, in original units."""
-        n = max(1.0, sums["count"])
-        return {"rmse": (sums["sq_error"] / n) ** 0.5, "mae": sums["abs_error"] / n}
+    def _classification(
+        self, z: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """Masked BCE over the labelled entries; per-example probabilities for the AUCs."""
+        bce = F.binary_cross_entropy_with_logits(
+            z, labels, pos_weight=self.pos_weight, reduction="none"
+        )
+        loss = torch.where(mask, bce, torch.zeros_like(bce)).sum() / mask.sum().clamp(min=1)
+        # (B, T) tensors: the trainer concatenates them over the split (AUCs need them all).
+        return {
+            "loss": loss,
+            "probability": torch.sigmoid(z).detach(),
+            "label": labels,
+            "labelled": mask,
+        }
+
+    def summarize(self, sums: Mapping[str, Any]) -> dict[str, float]:
+        """Metrics over a split: RMSE and MAE in original units, or mean ROC AUC and PRC AUC."""
+        if self.task == "classification":
+            return self._auc_metrics(sums)
+        n = max(1.0, sums.get("count", 0.0))
+        metrics = {
+            "rmse": (sums.get("sq_error", 0.0) / n) ** 0.5,
+            "mae": sums.get("abs_error", 0.0) / n,
+        }
+        if len(self.target_names) > 1:
+            for k, suffix in enumerate(self._suffixes):
+                n_k = max(1.0, sums.get(f"count_{k}", 0.0))
+                metrics[f"rmse_{suffix}"] = (sums.get(f"sq_error_{k}", 0.0) / n_k) ** 0.5
+                metrics[f"mae_{suffix}"] = sums.get(f"abs_error_{k}", 0.0) / n_k
+        return metrics
+
+    def _auc_metrics(self, sums: Mapping[str, Any]) -> dict[str, float]:
+        """Each task over its labelled examples; means over the tasks with both classes."""
+        if "probability" not in sums:
+            return {"roc_auc": math.nan, "prc_auc": math.nan}
+        probs = torch.as_tensor(sums["probability"]).double().numpy()
+        labels = torch.as_tensor(sums["label"]).double().numpy()
+        labelled = torch.as_tensor(sums["labelled"]).bool().numpy()
+        per_task: dict[int, tuple[float, float]] = {}
+        for k in range(len(self.target_names)):
+            y, p = labels[labelled[:, k], k], probs[labelled[:, k], k]
+            if two_classes(y):
+                per_task[k] = (roc_auc(y, p), average_precision(y, p))
+        if not per_task:  # no task has both classes: no curve exists
+            return {"roc_auc": math.nan, "prc_auc": math.nan}
+        metrics = {
+            "roc_auc": sum(r for r, _ in per_task.values()) / len(per_task),
+            "prc_auc": sum(a for _, a in per_task.values()) / len(per_task),
+        }
+        if len(self.target_names) > 1:
+            for k, suffix in enumerate(self._suffixes):
+                roc, prc = per_task.get(k, (math.nan, math.nan))
+                metrics[f"roc_auc_{suffix}"] = roc
+                metrics[f"prc_auc_{suffix}"] = prc
+        return metrics
+
+
+#: The former name (regression only then); the same class.
+WeaveRegressor = WeaveModel

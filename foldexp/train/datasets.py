@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from foldexp.data.calculator import OPERATORS, calculator_splits
-from foldexp.data.sst import SST_CLASSES, load_sst
+from foldexp.data.errors import DatasetNotFoundError
+from foldexp.data.sst import SST_SPLITS, sst_path
 from foldexp.data.vocab import Vocabulary
 
-__all__ = ["DataBundle", "calculator", "sst", "sst_sentences", "molecules", "marked_sequences"]
+__all__ = ["DataBundle", "calculator", "sst", "sst_sentences", "marked_sequences"]
 
 log = logging.getLogger(__name__)
 
@@ -112,41 +114,45 @@ def sst(
     neutral_nodes: bool = False,
     limit: int = 0,
     name: str = "sst",
-    **_: Any,
 ) -> DataBundle:
-    """SST trees under ``data_dir/sst``, in the fine or binary view.
+    """SST trees under ``data_dir/sst``, in the fine or binary view: the ``trees_ptb`` builder
+    (``foldexp.train.tree_data``) with SST's relabelling (``tree_data.sst_options``).
 
     ``vector_vocab``: with ``word_vectors``, dev/test words that have a vector get their own row.
     ``neutral_nodes`` (binary view; no effect on the fine view): neutral phrases train a third
     class, as Tai et al. (2015); the model predicts among the first two only (``predict_classes``).
     """
-    view, labels = str(getattr(view, "value", view)), str(getattr(labels, "value", labels))
-    splits = [
-        load_sst(s, data_dir, view=view, labels=labels, neutral_nodes=neutral_nodes)
-        for s in ("train", "dev", "test")
-    ]
-    if limit:
-        splits = [s[:limit] for s in splits]
-    vocab = Vocabulary.from_trees(splits[0], lowercase=lowercase, min_count=min_count)
-    if word_vectors and vector_vocab:
-        vocab = _with_vector_words(vocab, word_vectors, splits[1:])
-    embeddings = _pretrained(word_vectors, vocab)
-    return DataBundle(
-        *splits,
-        {
-            "vocab": vocab,
-            "num_classes": SST_CLASSES[view] + int(neutral_nodes and view == "binary"),
-            "predict_classes": SST_CLASSES[view],
-            # The fine view also scores negative (0-1) against positive (3-4), as TF Fold did.
-            "polarity": ([0, 1], [3, 4]) if view == "fine" else None,
-            "internal_words": False,
-            "embeddings": embeddings,
-        },
+    from foldexp.train.tree_data import sst_options, trees_ptb
+
+    return trees_ptb(
+        str(_sst_folder(data_dir)),
+        name=name,
+        labels=labels,
+        lowercase=lowercase,
+        min_count=min_count,
+        word_vectors=word_vectors,
+        vector_vocab=vector_vocab,
+        limit=limit,
+        **sst_options(view, neutral_nodes),
     )
 
 
-# ---------------------------------------------------------------------- sentences, molecules,
-# marked sequences (the sequence LSTM, weave and attention experiments)
+def _sst_folder(data_dir: str) -> Path:
+    """``data_dir/sst``, holding the three split files; says how to get them when it does not."""
+    folder = sst_path("train", data_dir).parent
+    for split in SST_SPLITS:
+        if not (folder / f"{split}.txt").is_file():
+            raise DatasetNotFoundError(
+                f"SST {split} split not found: {folder / f'{split}.txt'} does not exist. Get it "
+                "with `foldexp data fetch sst` (needs internet) or `foldexp data import sst "
+                "PATH` (PATH = trainDevTestTrees_PTB.zip or a folder with train/dev/test.txt); "
+                "the data directory is FOLDEXP_DATA or ./data unless --data-dir is given."
+            )
+    return folder
+
+
+# ---------------------------------------------------------------------- sentences, marked
+# sequences (the sequence LSTM and attention experiments; molecules: ``molecule_data.py``)
 
 
 def sst_sentences(
@@ -157,84 +163,37 @@ def sst_sentences(
     word_vectors: str | None = None,
     limit: int = 0,
     name: str = "sst_sentences",
-    **_: Any,
 ) -> DataBundle:
     """SST sentences as ``(tokens, root_label)`` pairs, in the fine or binary view.
 
-    The binary view drops neutral-root sentences, as for the trees. Only root labels are kept:
-    a sequence model sees the sentence, not its phrases.
+    The trees of ``sst`` (the ``trees_ptb`` reader with SST's options), flattened. The binary
+    view drops neutral-root sentences, as for the trees. Only root labels are kept: a sequence
+    model sees the sentence, not its phrases.
     """
     from foldexp.data import sequences
+    from foldexp.train.tree_data import load_tree_splits, sst_options
 
-    view = str(getattr(view, "value", view))
-    splits = [load_sst(s, data_dir, view=view, labels="root") for s in ("train", "dev", "test")]
-    if limit:
-        splits = [s[:limit] for s in splits]
-    sentences = [sequences.sst_sentences(trees) for trees in splits]
+    options = sst_options(view, neutral_nodes=False)
+    data = load_tree_splits(
+        str(_sst_folder(data_dir)),
+        num_classes=options["num_classes"],
+        label_map=options["label_map"],
+        drop_unscored_roots=options["drop_unscored_roots"],
+        labels="root",
+        limit=limit,
+    )
+    sentences = [sequences.sst_sentences(trees) for trees in data.trees]
     vocab = Vocabulary.from_tokens(
         (w for words, _ in sentences[0] for w in words), lowercase=lowercase, min_count=min_count
     )
     embeddings = _pretrained(word_vectors, vocab)
     return DataBundle(
         *sentences,
-        {"vocab": vocab, "num_classes": SST_CLASSES[view], "embeddings": embeddings},
-    )
-
-
-def molecules(
-    source: str,
-    data_dir: str,
-    cache_dir: str | None = None,
-    split: str = "random",
-    fractions: tuple[float, float, float] | list[float] = (0.8, 0.1, 0.1),
-    seed: int = 0,
-    limit: int = 0,
-    name: str = "molecules",
-    **_: Any,
-) -> DataBundle:
-    """A MoleculeNet regression set (``esol`` | ``freesolv``) featurised into graphs and split.
-
-    ``split=random`` shuffles with ``seed``; ``split=scaffold`` groups molecules by Bemis-Murcko
-    scaffold (deterministic, ``seed`` unused). ``bundle.info`` carries the feature sizes and the
-    mean and standard deviation of each target over the training split (labelled entries only),
-    which the model standardises with.
-    """
-    import numpy as np
-
-    from foldexp.data.molecules import load_esol, load_freesolv
-    from foldexp.data.splits import random_split, scaffold_split, take
-
-    source, split = str(getattr(source, "value", source)), str(getattr(split, "value", split))
-    loaders = {"esol": load_esol, "freesolv": load_freesolv}
-    if source not in loaders:
-        raise ValueError(f"unknown molecule set {source!r}; expected one of {sorted(loaders)}")
-    dataset = loaders[source](data_dir, cache_dir=cache_dir, progress=False)
-    graphs = list(dataset)[:limit] if limit else list(dataset)
-    fractions = tuple(float(f) for f in fractions)
-    if split == "random":
-        parts = random_split(len(graphs), fractions, seed=seed)
-    elif split == "scaffold":
-        parts = scaffold_split([g.smiles for g in graphs], fractions)
-    else:
-        raise ValueError(f"unknown split {split!r}; expected 'random' or 'scaffold'")
-    train, dev, test = (take(graphs, p) for p in parts)
-    targets = np.stack([g.targets for g in train]).astype(np.float64)
-    mask = np.stack([g.target_mask for g in train])
-    count = np.maximum(mask.sum(0), 1)
-    mean = (targets * mask).sum(0) / count
-    std = np.sqrt((((targets - mean) * mask) ** 2).sum(0) / count)
-    std = np.where(std > 0, std, 1.0)  # a constant target: nothing to scale
-    first = graphs[0]
-    return DataBundle(
-        train,
-        dev,
-        test,
         {
-            "atom_features": int(first.atom_features.shape[1]),
-            "pair_features": int(first.pair_features.shape[2]),
-            "num_targets": int(first.targets.shape[0]),
-            "target_mean": [float(m) for m in mean],
-            "target_std": [float(s) for s in std],
+            "vocab": vocab,
+            "num_classes": data.num_classes,
+            "class_names": options["class_names"],
+            "embeddings": embeddings,
         },
     )
 

@@ -272,20 +272,33 @@ class BucketClock:
         ddp.register_comm_hook(None, hook)
 
 
-def accumulate(sums: dict[str, float], out: dict[str, Any], size: int) -> None:
+def accumulate(sums: dict[str, Any], out: dict[str, Any], size: int) -> None:
     """Adds a batch's outputs to running sums: the loss weighted by the batch's examples (it is
-    a mean over them), every other output (already a sum, e.g. correct counts) as it is."""
+    a mean over them), every other scalar output (already a sum, e.g. correct counts) as it is.
+
+    A tensor output with an example axis (``ndim >= 1``, e.g. per-example probabilities for an
+    AUC) cannot be summed: it is concatenated along dim 0 instead, kept on the CPU.
+    """
     for k, v in out.items():
+        if torch.is_tensor(v) and v.dim() >= 1:
+            part = v.detach().cpu()
+            # The first part is copied: it may be a view that keeps a larger tensor alive.
+            sums[k] = torch.cat([sums[k], part]) if k in sums else part.clone()
+            continue
         w = size if k == "loss" else 1
         sums[k] = sums.get(k, 0.0) + float(v.detach() if torch.is_tensor(v) else v) * w
 
 
-def merge(parts: list[tuple[dict[str, float], int]]) -> tuple[dict[str, float], int]:
-    """Per-rank (sums, count) added in rank order: the same floats on every rank."""
-    sums: dict[str, float] = {}
+def merge(parts: list[tuple[dict[str, Any], int]]) -> tuple[dict[str, Any], int]:
+    """Per-rank (sums, count) added in rank order: the same floats on every rank; tensors (see
+    ``accumulate``) are concatenated in rank order."""
+    sums: dict[str, Any] = {}
     for part, _ in parts:
         for k, v in part.items():
-            sums[k] = sums.get(k, 0.0) + v
+            if torch.is_tensor(v):
+                sums[k] = torch.cat([sums[k], v]) if k in sums else v
+            else:
+                sums[k] = sums.get(k, 0.0) + v
     return sums, sum(n for _, n in parts)
 
 
@@ -316,8 +329,8 @@ class RankLedger:
         """Adds every rank's sums into ``progress['epoch_sums']`` / ``['epoch_n']``."""
         parts = all_gather(self.ctx, (self.sums, self.n, self.rows))
         sums, n = merge([(p[0], p[1]) for p in parts])
-        for k, v in sums.items():
-            progress["epoch_sums"][k] = progress["epoch_sums"].get(k, 0.0) + v
+        # merge: scalars add, per-example tensors concatenate (the same floats as adding)
+        progress["epoch_sums"], _ = merge([(progress["epoch_sums"], 0), (sums, n)])
         progress["epoch_n"] += n
         self.sums, self.n, self.rows = {}, 0, []
         if self.ctx.is_main:

@@ -5,6 +5,7 @@ gradients), and the dataset builders split, scale and cache as documented."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,6 +22,7 @@ from foldexp.testing import check_block
 from foldexp.train import datasets
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
+from foldexp.train.molecule_data import molecules_csv
 
 EXPERIMENTS = [
     "sst_lstm",
@@ -241,10 +243,21 @@ def test_attention_accuracy_counts_predictions_within_tolerance() -> None:
     assert metrics["mse"] == pytest.approx((0.03**2 + 0.05**2 + 0.5**2) / 4, rel=1e-4)
 
 
+def _preset(name: str, data: Path, cache: Path | None, **keys: Any) -> Any:
+    """The ``molecules_csv`` builder with the keys of ``conf/dataset/<name>.yaml``."""
+    file, target = {
+        "esol": ("delaney-processed.csv", "measured log solubility in mols per litre"),
+        "freesolv": ("freesolv.csv", "expt"),
+    }[name]
+    cache_dir = None if cache is None else str(cache)
+    path = str(data / "molecules" / file)
+    return molecules_csv(path, [target], cache_dir=cache_dir, name=name, **keys)
+
+
 def test_molecule_splits_scaling_and_cache(tiny_data: Path, tmp_path: Path) -> None:
-    a = datasets.molecules("esol", str(tiny_data), str(tmp_path), seed=3)
-    b = datasets.molecules("esol", str(tiny_data), str(tmp_path), seed=3)
-    c = datasets.molecules("esol", str(tiny_data), str(tmp_path), seed=4)
+    a = _preset("esol", tiny_data, tmp_path, seed=3)
+    b = _preset("esol", tiny_data, tmp_path, seed=3)
+    c = _preset("esol", tiny_data, tmp_path, seed=4)
     assert (len(a.train), len(a.dev), len(a.test)) == (16, 2, 2)
     assert [m.smiles for m in a.test] == [m.smiles for m in b.test]
     assert [m.smiles for m in a.test] != [m.smiles for m in c.test]
@@ -252,11 +265,11 @@ def test_molecule_splits_scaling_and_cache(tiny_data: Path, tmp_path: Path) -> N
     assert a.info["target_mean"] == pytest.approx([train.mean()], rel=1e-5)
     assert a.info["target_std"] == pytest.approx([train.std()], rel=1e-5)
     assert len(list(tmp_path.glob("*.npz"))) == 1
-    scaffold = datasets.molecules("esol", str(tiny_data), None, split="scaffold")
+    scaffold = _preset("esol", tiny_data, None, split="scaffold")
     smiles = [{m.smiles for m in part} for part in (scaffold.train, scaffold.dev, scaffold.test)]
     assert sum(map(len, smiles)) == len(_SMILES) and not (smiles[0] & smiles[2])
     # A missing FreeSolv value is masked and left out of the training statistics.
-    free = datasets.molecules("freesolv", str(tiny_data), None, split="scaffold")
+    free = _preset("freesolv", tiny_data, None, split="scaffold")
     missing = [m for m in free.train + free.dev + free.test if not m.target_mask[0]]
     assert [m.smiles for m in missing] == [_SMILES[3]]
 

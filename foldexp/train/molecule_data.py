@@ -1,0 +1,287 @@
+"""The ``molecules_csv`` dataset builder: any CSV of SMILES and targets, by config alone.
+
+``foldexp train experiment=molecules_csv dataset.path=FILE dataset.smiles_column=COL
+dataset.targets=[T1,T2] dataset.task=regression|classification`` featurises every SMILES
+(RDKit, cached under ``dataset.cache_dir``), splits the molecules (``random`` with
+``dataset.seed``, Bemis-Murcko ``scaffold``, or ``column``: a column of the file says train,
+valid/dev or test per row) and reports what the weave model is built from in ``bundle.info``:
+feature sizes, the task, the target names, target statistics (regression) and positive-class
+weights (classification with ``dataset.balance=true``). ESOL and FreeSolv are presets of it
+(``conf/dataset/esol.yaml``, ``freesolv.yaml``).
+
+What would make a run meaningless is refused here, before the model is built: classification
+labels other than 0/1 (naming the row and column), a split without a single labelled target,
+and for classification a dev or test split in which no task has both classes (its ROC AUC would
+not exist). The file itself is checked as it is read (``foldexp.data.molecules``).
+
+``molecule_inputs`` turns SMILES into model inputs for ``foldexp predict``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from foldexp.data.errors import MoleculeError
+from foldexp.data.molecules import (
+    FETCHABLE,
+    MoleculeDataset,
+    MoleculeGraph,
+    load_molecule_csv,
+    not_found,
+    read_csv_column,
+)
+from foldexp.data.splits import column_split, random_split, scaffold_split, take
+from foldexp.train.datasets import DataBundle
+from foldexp.validate import ConfigError
+
+__all__ = ["molecules_csv", "molecule_inputs"]
+
+log = logging.getLogger(__name__)
+
+_SPLITS = ("train", "dev", "test")
+_SHOW_BAD_LABELS = 3  # rows named when classification labels are not 0/1
+
+
+def _choice(value: Any) -> str:
+    """An enum config value (OmegaConf keeps enum members) as its string."""
+    return str(getattr(value, "value", value))
+
+
+def _unset(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip() in ("", "???"))
+
+
+def _check_keys(
+    path: Any,
+    targets: Any,
+    task: str,
+    on_invalid: str,
+    split: str,
+    split_column: Any,
+    fractions: Sequence[float],
+) -> None:
+    """The key combinations a schema cannot express, refused before the file is read."""
+    usage = (
+        "foldexp train experiment=molecules_csv dataset.path=FILE dataset.smiles_column=COL "
+        "dataset.targets=[T1,T2]"
+    )
+    if _unset(path):
+        raise ConfigError(f"dataset.path is not set: name the molecule CSV, e.g. {usage}")
+    if _unset(targets) or isinstance(targets, str) or not len(targets):
+        raise ConfigError(f"dataset.targets names no column: give a list, e.g. {usage}")
+    checks = {
+        "task": (task, ("regression", "classification")),
+        "on_invalid": (on_invalid, ("error", "skip")),
+        "split": (split, ("random", "scaffold", "column")),
+    }
+    for key, (value, allowed) in checks.items():
+        if value not in allowed:
+            raise ConfigError(f"dataset.{key}={value}; expected one of {', '.join(allowed)}")
+    if split == "column" and _unset(split_column):
+        raise ConfigError(
+            "dataset.split=column needs dataset.split_column: the column saying train, valid "
+            "(or dev) or test on each row"
+        )
+    if split != "column" and not _unset(split_column):
+        raise ConfigError(
+            f"dataset.split_column={split_column} is only read with dataset.split=column "
+            f"(dataset.split={split})"
+        )
+    if len(fractions) != 3 or not np.isclose(sum(fractions), 1.0):
+        raise ConfigError(
+            f"dataset.fractions={list(fractions)}; expected three shares (train, dev, test) "
+            "summing to 1"
+        )
+
+
+def _load(
+    path: Path, smiles_column: str, targets: list[str], on_invalid: str, cache_dir: str | None
+) -> MoleculeDataset:
+    if not path.is_file():
+        if path.name in FETCHABLE:
+            raise not_found(FETCHABLE[path.name], path)
+        raise FileNotFoundError(f"dataset.path={path}: no such file")
+    return load_molecule_csv(
+        path,
+        smiles_column=smiles_column,
+        target_columns=targets,
+        on_invalid="raise" if on_invalid == "error" else "skip",
+        cache_dir=cache_dir,
+        progress=False,
+    )
+
+
+def _check_binary(dataset: MoleculeDataset, n: int) -> None:
+    """Classification labels must be 0 or 1; the first offenders are named by row and column."""
+    targets, mask = dataset.targets[:n], dataset.target_mask[:n]
+    bad = np.argwhere(mask & (targets != 0) & (targets != 1))
+    if not len(bad):
+        return
+    shown = "; ".join(
+        f"row {dataset.rows[i]} (line {dataset.rows[i] + 1}), column "
+        f"{dataset.target_names[k]!r}: {targets[i, k]:g}"
+        for i, k in bad[:_SHOW_BAD_LABELS]
+    )
+    more = f"; and {len(bad) - _SHOW_BAD_LABELS} more" if len(bad) > _SHOW_BAD_LABELS else ""
+    raise MoleculeError(
+        f"{dataset.source}: dataset.task=classification needs labels 0 or 1 (empty = missing), "
+        f"but {len(bad)} are not: {shown}{more}. A measured quantity is a regression target "
+        "(dataset.task=regression), or threshold it into a 0/1 column"
+    )
+
+
+def _parts(
+    dataset: MoleculeDataset,
+    graphs: list[MoleculeGraph],
+    split: str,
+    split_column: str | None,
+    fractions: tuple[float, ...],
+    seed: int,
+) -> tuple[np.ndarray, ...]:
+    if split == "random":
+        return random_split(len(graphs), fractions, seed=seed)
+    if split == "scaffold":
+        return scaffold_split([g.smiles for g in graphs], fractions)
+    values = read_csv_column(dataset.source, str(split_column))
+    rows = [int(r) for r in dataset.rows[: len(graphs)]]
+    where = f"{dataset.source}: column {split_column!r}"
+    return column_split([values[r] for r in rows], rows, fractions, seed, where)
+
+
+def _check_labelled(
+    dataset: MoleculeDataset, parts: tuple[np.ndarray, ...], task: str, split: str
+) -> None:
+    """Every non-empty split must hold a labelled target; for classification, dev and test
+    need a task with both classes (ROC AUC selects the epoch and is the test score)."""
+    mask, targets = dataset.target_mask, dataset.targets
+    for name, idx in zip(_SPLITS, parts, strict=True):
+        if not len(idx):
+            continue  # an empty split is reported by the trainer's own check
+        if not mask[idx].any():
+            raise MoleculeError(
+                f"{dataset.source}: the {name} split ({len(idx)} molecules, dataset.split="
+                f"{split}) has no labelled target at all; every target of its molecules is "
+                "missing. Use another split or seed, or fill in the labels"
+            )
+        if task == "classification" and name != "train":
+            both = [
+                k
+                for k in range(mask.shape[1])
+                if {0.0, 1.0} <= set(targets[idx][mask[idx][:, k], k].tolist())
+            ]
+            if not both:
+                raise MoleculeError(
+                    f"{dataset.source}: in the {name} split ({len(idx)} molecules, "
+                    f"dataset.split={split}) no task has both a 0 and a 1 label, so ROC AUC "
+                    "does not exist there; use more molecules, other fractions, another seed "
+                    "or another split"
+                )
+
+
+def _statistics(train: list[MoleculeGraph]) -> tuple[list[float], list[float]]:
+    """Each target's mean and standard deviation over the labelled training entries."""
+    targets = np.stack([g.targets for g in train]).astype(np.float64)
+    mask = np.stack([g.target_mask for g in train])
+    count = np.maximum(mask.sum(0), 1)
+    mean = (targets * mask).sum(0) / count
+    std = np.sqrt((((targets - mean) * mask) ** 2).sum(0) / count)
+    std = np.where(std > 0, std, 1.0)  # a constant target: nothing to scale
+    return [float(m) for m in mean], [float(s) for s in std]
+
+
+def _pos_weight(train: list[MoleculeGraph]) -> list[float]:
+    """Each task's negatives / positives among the labelled training entries (1 where a task
+    lacks one class: nothing to balance)."""
+    targets = np.stack([g.targets for g in train])
+    mask = np.stack([g.target_mask for g in train])
+    pos = ((targets == 1) & mask).sum(0)
+    neg = ((targets == 0) & mask).sum(0)
+    return [float(n / p) if p and n else 1.0 for p, n in zip(pos, neg, strict=True)]
+
+
+def molecules_csv(
+    path: str,
+    targets: Sequence[str],
+    smiles_column: str = "smiles",
+    task: str = "regression",
+    on_invalid: str = "error",
+    split: str = "random",
+    split_column: str | None = None,
+    fractions: Sequence[float] = (0.8, 0.1, 0.1),
+    seed: int = 0,
+    limit: int = 0,
+    cache_dir: str | None = None,
+    balance: bool = False,
+    name: str = "molecules_csv",
+) -> DataBundle:
+    """A molecule CSV featurised into graphs and split (the ``dataset.*`` keys, see the module
+    docstring and ``foldexp.config.MoleculeDataConfig``).
+
+    ``limit`` keeps the first N valid molecules (0: all). ``bundle.info`` is plain JSON:
+    ``atom_features``, ``pair_features``, ``num_targets``, ``task``, ``target_names``,
+    ``target_mean`` / ``target_std`` (regression: over the labelled training entries; 0 / 1 for
+    classification) and ``pos_weight`` (classification with ``balance``, else ``None``).
+    """
+    task, on_invalid, split = _choice(task), _choice(on_invalid), _choice(split)
+    fractions = tuple(float(f) for f in fractions)
+    _check_keys(path, targets, task, on_invalid, split, split_column, fractions)
+    targets = [str(t) for t in targets]
+    if balance and task != "classification":
+        raise ConfigError(
+            "dataset.balance=true weights positive labels: it needs task=classification"
+        )
+    dataset = _load(Path(path), smiles_column, targets, on_invalid, cache_dir)
+    graphs = list(dataset)[:limit] if limit else list(dataset)
+    if task == "classification":
+        _check_binary(dataset, len(graphs))
+    parts = _parts(dataset, graphs, split, split_column, fractions, seed)
+    _check_labelled(dataset, parts, task, split)
+    train, dev, test = (take(graphs, p) for p in parts)
+    if task == "regression":
+        mean, std = _statistics(train)
+    else:
+        mean, std = [0.0] * len(targets), [1.0] * len(targets)
+    first = graphs[0]
+    return DataBundle(
+        train,
+        dev,
+        test,
+        {
+            "atom_features": int(first.atom_features.shape[1]),
+            "pair_features": int(first.pair_features.shape[2]),
+            "num_targets": len(targets),
+            "target_mean": mean,
+            "target_std": std,
+            "task": task,
+            "target_names": targets,
+            "pos_weight": _pos_weight(train) if balance else None,
+        },
+    )
+
+
+def molecule_inputs(values: list[str]) -> list[tuple[MoleculeGraph | None, str | None]]:
+    """SMILES → ``(graph, None)`` with every target missing, or ``(None, why)`` for a SMILES
+    RDKit cannot read (or an empty one): one bad input never fails the others."""
+    from foldexp.data import featurize  # lazy: RDKit
+
+    out: list[tuple[MoleculeGraph | None, str | None]] = []
+    for value in values:
+        smiles = value.strip()
+        mol = featurize.parse_smiles(smiles) if smiles else None
+        if mol is None:
+            why = (
+                "empty SMILES"
+                if not smiles
+                else f"invalid SMILES {smiles!r} (RDKit cannot parse it)"
+            )
+            out.append((None, why))
+            continue
+        atoms, pairs = featurize.featurize_mol(mol)
+        none = np.zeros(0, dtype=np.float32)
+        out.append((MoleculeGraph(smiles, atoms, pairs, none, none.astype(bool)), None))
+    return out
