@@ -1,0 +1,118 @@
+"""``foldexp predict`` and ``foldexp eval`` on a trained molecule run, from its folder alone.
+
+Predict reads a CSV (plain or gzip), a file of one SMILES a line or stdin; an invalid input
+gets a row with its error, never a failure of the file. Eval scores another file through the
+run's saved statistics and refuses one that describes another task.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from foldexp.cli import main as cli_main
+from foldexp.train.app import compose_config
+from foldexp.train.eval_run import run_eval
+from foldexp.train.loop import run_train
+from foldexp.train.predict import run_predict
+from foldexp.validate import ConfigError
+
+SMILES = [
+    "CCO", "CCCC", "c1ccccc1", "CC(=O)O", "CCN", "OCCO", "c1ccncc1", "CC(C)O", "ClCCl",
+    "CCOCC", "C1CCCCC1", "c1ccc2ccccc2c1", "CC#N", "CCCl", "O=C1CCCCC1", "Cc1ccccc1",
+    "CS(C)=O", "NCCO", "FC(F)F", "C=CC", "Oc1ccccc1", "CCCCO", "C1CCOC1", "c1ccoc1",
+]  # fmt: skip
+SIZES = ["model.atom_size=8", "model.pair_size=6", "model.graph_size=8", "model.mlp_size=8"]
+
+
+def _csv(path: Path, smiles: list[str], column: str = "smiles") -> Path:
+    path.write_text(f"{column},size\n" + "".join(f"{s},{len(s) / 10:.1f}\n" for s in smiles))
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("mol")
+    data = _csv(root / "train.csv", SMILES)
+    out = root / "run"
+    cfg = compose_config(
+        [
+            "experiment=molecules_csv",
+            f"dataset.path={data}",
+            "dataset.targets=[size]",
+            "dataset.cache_dir=null",
+            "trainer.epochs=2",
+            "trainer.batch_size=8",
+            "trainer.progress=false",
+            "trainer.plots=false",
+            *SIZES,
+        ],
+        out,
+    )
+    run_train(cfg)
+    return out
+
+
+def test_an_invalid_input_gets_its_row_and_the_rest_are_predicted(
+    run: Path, tmp_path: Path
+) -> None:
+    inputs = _csv(tmp_path / "new.csv", ["CCO", "C1CC", "", "c1ccccc1"])
+    rows = run_predict(run, str(inputs), tmp_path / "out.csv")
+    assert [r["smiles"] for r in rows] == ["CCO", "C1CC", "", "c1ccccc1"]
+    assert rows[0]["error"] == "" and float(rows[0]["size"]) == pytest.approx(
+        float(rows[0]["size"])
+    )
+    assert "C1CC" in rows[1]["error"] and rows[1]["size"] == ""
+    assert rows[2]["error"] and rows[3]["error"] == ""
+    header = (tmp_path / "out.csv").read_text().splitlines()[0]
+    assert header == "smiles,size,error"
+
+
+def test_gzip_lines_and_stdin_give_the_same_predictions(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    plain = run_predict(run, str(_csv(tmp_path / "a.csv", SMILES[:5])))
+    capsys.readouterr()
+    packed = tmp_path / "a.csv.data"  # gzip found by its bytes, not its name
+    packed.write_bytes(gzip.compress((tmp_path / "a.csv").read_bytes()))
+    lines = tmp_path / "a.txt"
+    lines.write_text("\n".join(SMILES[:5]) + "\n")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(SMILES[:5]) + "\n"))
+    for source in (str(packed), str(lines), "-"):
+        again = run_predict(run, source)
+        assert [r["size"] for r in again] == [r["size"] for r in plain]
+    printed = capsys.readouterr().out.splitlines()
+    assert printed.count("smiles,size,error") == 3 and len(printed) == 3 * 6  # to stdout
+
+
+def test_the_cli_writes_a_csv_and_says_how_many_rows_failed(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    inputs = _csv(tmp_path / "new.csv", ["CCO", "not a molecule"])
+    assert cli_main(["predict", str(run), str(inputs), "--output", str(tmp_path / "p.csv")]) == 0
+    assert "2 rows, 1 with an error" in capsys.readouterr().err
+
+
+def test_eval_scores_another_file_with_the_runs_statistics(run: Path, tmp_path: Path) -> None:
+    other = _csv(tmp_path / "other.csv", list(reversed(SMILES)))
+    scored = run_eval(run, [f"dataset.path={other}", "dataset.split=random"], split="dev")
+    saved = json.loads((run / "eval.json").read_text())
+    assert saved["dev_rmse"] == scored["dev_rmse"] > 0 and saved["split"] == "dev"
+
+
+def test_eval_refuses_a_file_of_another_task_and_unknown_keys(run: Path, tmp_path: Path) -> None:
+    other = tmp_path / "two.csv"
+    other.write_text("smiles,size,mass\n" + "".join(f"{s},1.0,2.0\n" for s in SMILES))
+    with pytest.raises(
+        ConfigError, match=r"target_names=\['size', 'mass'\] but .*with target_names=\['size'\]"
+    ):
+        run_eval(run, [f"dataset.path={other}", "dataset.targets=[size,mass]"])
+    with pytest.raises(ConfigError, match=r"dataset\.pth is not a key"):
+        run_eval(run, ["+dataset.pth=x"])
+    with pytest.raises(ConfigError, match=r"expected KEY=VALUE with a dataset"):
+        run_eval(run, ["model.atom_size=3"])
