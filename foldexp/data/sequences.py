@@ -8,24 +8,38 @@ two marked values. A prediction counts as correct when it is within 0.04 of the 
 (:func:`accuracy_within`). Lengths are uniform in ``[min_len, max_len]``; the first marker lies in
 the first half of the sequence and the second in the second half, so the model must carry
 information across at least one half of the sequence.
+
+Text classification from a CSV: :func:`read_text_csv` reads the text, label (and split) column of
+every row of a CSV or gzipped CSV, with the line each row starts on for error messages;
+:func:`tokenize` splits a text into words (or characters).
 """
 
 from __future__ import annotations
 
+import csv
+import gzip
+import io
+import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
+from foldexp.data.errors import FormatError
 from foldexp.data.trees import Tree
 
 __all__ = [
+    "TOKENIZERS",
     "SequenceExample",
+    "TextRow",
     "accuracy_within",
     "addition_problem",
     "multiplication_problem",
     "pad_sequences",
+    "read_text_csv",
     "sst_sentences",
+    "tokenize",
 ]
 
 
@@ -123,3 +137,107 @@ def pad_sequences(
 def sst_sentences(trees: Iterable[Tree]) -> list[tuple[list[str], int]]:
     """Flatten trees into ``(tokens, root_label)`` pairs (for sequence baselines on SST)."""
     return [([w for w in tree.words() if w is not None], tree.label) for tree in trees]
+
+
+# ---------------------------------------------------------------------- text classification CSVs
+
+#: The tokenizers :func:`tokenize` knows: words between whitespace, or every character.
+TOKENIZERS = ("whitespace", "chars")
+
+
+def tokenize(text: str, tokenizer: str = "whitespace", lowercase: bool = False) -> list[str]:
+    """The tokens of ``text``: its whitespace-separated words (``"whitespace"``) or its
+    characters, spaces included, without the surrounding whitespace (``"chars"``)."""
+    if lowercase:
+        text = text.lower()
+    if tokenizer == "whitespace":
+        return text.split()
+    if tokenizer == "chars":
+        return list(text.strip())
+    raise ValueError(f"unknown tokenizer {tokenizer!r}; expected one of {', '.join(TOKENIZERS)}")
+
+
+class TextRow(NamedTuple):
+    """One CSV record: the line it starts on and its text, label and split cells (``None``
+    where the row has no such cell)."""
+
+    line: int
+    text: str | None
+    label: str | None
+    split: str | None
+
+
+def _decode(path: Path) -> str:
+    """The file's text: gunzipped when it starts with gzip's magic bytes, UTF-8 (a byte-order
+    mark is dropped); a byte that is not UTF-8 fails naming its line."""
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as exc:
+            raise FormatError(f"{path}: starts like gzip but does not decompress: {exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        bad = data[exc.start : exc.start + 1].hex()
+        raise FormatError(
+            f"{path}:{line}: expected UTF-8 text, got byte 0x{bad}; save the file as UTF-8"
+        ) from None
+    return text.removeprefix("\ufeff")
+
+
+def _cell(record: list[str], index: int | None) -> str | None:
+    """The record's cell at ``index``; ``None`` for no such column or a short row."""
+    return record[index] if index is not None and index < len(record) else None
+
+
+def read_text_csv(
+    path: str | os.PathLike[str],
+    text_column: str,
+    label_column: str,
+    split_column: str | None = None,
+) -> list[TextRow]:
+    """Every non-blank record of a CSV (or CSV.gz, known by its magic bytes) with a header row.
+
+    Args:
+        path: The file.
+        text_column, label_column: Header names of the text and the label columns.
+        split_column: Header name of a column naming each row's split, or ``None``.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        FormatError: The file is not UTF-8 (naming the line), is not valid CSV (naming the
+            line), is empty, or lacks a named column (listing the header's columns).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist (expected a CSV or CSV.gz file)")
+    reader = csv.reader(io.StringIO(_decode(path), newline=""))
+    rows: list[TextRow] = []
+    try:
+        header = [name.strip() for name in next(reader, [])]
+        if not header:
+            raise FormatError(f"{path}: expected a CSV header row, got an empty file")
+        wanted = [("text", text_column), ("label", label_column)]
+        if split_column is not None:
+            wanted.append(("split", split_column))
+        where = {}
+        for role, column in wanted:
+            if column not in header:
+                raise FormatError(
+                    f"{path}: no column {column!r} (the {role} column); the header has "
+                    f"{', '.join(repr(h) for h in header)}"
+                )
+            where[role] = header.index(column)
+        start = reader.line_num + 1
+        for record in reader:
+            if any(cell.strip() for cell in record):
+                text, label, split = (
+                    _cell(record, where.get(r)) for r in ("text", "label", "split")
+                )
+                rows.append(TextRow(start, text, label, split))
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        raise FormatError(f"{path}:{reader.line_num}: not valid CSV: {exc}") from None
+    return rows

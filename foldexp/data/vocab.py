@@ -2,7 +2,8 @@
 
 Index 0 is always the unknown token; optional special tokens (padding, start marks, ...) follow,
 then the corpus words ordered by decreasing count and alphabetically among equal counts, so the
-same corpus always gives the same ids. Vocabularies save to and load from a small JSON file.
+same corpus always gives the same ids. Vocabularies save to and load from a small JSON file, or
+go through plain JSON types (``to_dict`` / ``from_dict``) inside a larger one (a run folder's).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from foldexp.data.errors import FormatError
 from foldexp.data.trees import Tree
@@ -24,6 +26,7 @@ UNK = "<unk>"
 
 _FORMAT = "foldexp.vocabulary"
 _VERSION = 1
+_JSON_NAMES = {str: "string", list: "list", dict: "object"}
 
 
 class Vocabulary:
@@ -159,19 +162,65 @@ class Vocabulary:
 
     # ------------------------------------------------------------------ persistence
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the vocabulary as JSON (atomically: a temp file, then a rename)."""
-        path = Path(path)
+    def to_dict(self) -> dict[str, Any]:
+        """The vocabulary as plain JSON types; :meth:`from_dict` gives back an equal one (same
+        ids, specials, case folding and counts), so a run folder can store it in a JSON file."""
         first = 1 + len(self.specials)
-        payload = {
+        return {
             "format": _FORMAT,
             "version": _VERSION,
             "unk": self.unk,
             "specials": list(self.specials),
             "lowercase": self.lowercase,
             "words": self._words[first:],
-            "counts": dict(self.counts),
+            "counts": {word: int(count) for word, count in self.counts.items()},
         }
+
+    @classmethod
+    def from_dict(cls, payload: Any, source: str = "vocabulary") -> Vocabulary:
+        """The vocabulary :meth:`to_dict` described.
+
+        Args:
+            payload: The dict (e.g. read back from JSON; it may come from someone else, so every
+                field is checked).
+            source: Where it was read from, for error messages.
+
+        Raises:
+            FormatError: A field is missing or of the wrong type, or a word appears twice.
+        """
+        if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
+            raise FormatError(f"{source}: expected a JSON object with format {_FORMAT!r}")
+        if payload.get("version") != _VERSION:
+            raise FormatError(
+                f"{source}: expected vocabulary format version {_VERSION}, "
+                f"got {payload.get('version')!r}"
+            )
+        for field, kind in [("unk", str), ("specials", list), ("words", list), ("counts", dict)]:
+            if not isinstance(payload.get(field), kind):
+                raise FormatError(
+                    f"{source}: field {field!r} missing or not a JSON {_JSON_NAMES[kind]}"
+                )
+        strings = [*payload["specials"], *payload["words"], *payload["counts"]]
+        if not all(isinstance(w, str) for w in strings):
+            raise FormatError(f"{source}: every word, special and counted word must be a string")
+        counts = payload["counts"]
+        if not all(isinstance(c, int) and not isinstance(c, bool) for c in counts.values()):
+            raise FormatError(f"{source}: field 'counts' must map words to integers")
+        try:
+            return cls(
+                payload["words"],
+                unk=payload["unk"],
+                specials=payload["specials"],
+                lowercase=bool(payload.get("lowercase", False)),
+                counts=counts,
+            )
+        except ValueError as exc:
+            raise FormatError(f"{source}: {exc}") from None
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the vocabulary as JSON (atomically: a temp file, then a rename)."""
+        path = Path(path)
+        payload = self.to_dict()
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
         try:
@@ -195,23 +244,4 @@ class Vocabulary:
             payload = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise FormatError(f"{path}: expected a foldexp vocabulary JSON file: {exc}") from None
-        if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
-            raise FormatError(f"{path}: expected a JSON object with format {_FORMAT!r}")
-        if payload.get("version") != _VERSION:
-            raise FormatError(
-                f"{path}: expected vocabulary format version {_VERSION}, "
-                f"got {payload.get('version')!r}"
-            )
-        for field, kind in [("unk", str), ("specials", list), ("words", list), ("counts", dict)]:
-            if not isinstance(payload.get(field), kind):
-                raise FormatError(f"{path}: field {field!r} missing or not a JSON {kind.__name__}")
-        try:
-            return cls(
-                payload["words"],
-                unk=payload["unk"],
-                specials=payload["specials"],
-                lowercase=bool(payload.get("lowercase", False)),
-                counts=payload["counts"],
-            )
-        except ValueError as exc:
-            raise FormatError(f"{path}: {exc}") from None
+        return cls.from_dict(payload, str(path))

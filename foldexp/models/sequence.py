@@ -5,8 +5,8 @@ them left to right (the paper's §3.3 pipeline with an LSTM instead of an FC cel
 hidden state goes through dropout to a linear classifier. Sentences of different lengths batch
 by depth: step ``t`` of every sentence that has a ``t``-th word runs as one call.
 
-Inputs are ``(tokens, label)`` pairs as ``foldexp.train.datasets.sst_sentences`` makes them
-(``foldexp.data.sst_sentences`` of SST trees: root labels only).
+Inputs are ``(tokens, label)`` pairs as ``foldexp.train.datasets.sst_sentences`` (SST trees'
+words and root labels) and ``foldexp.train.text_data.text_csv`` (a CSV of one's own) make them.
 """
 
 from __future__ import annotations
@@ -63,6 +63,8 @@ class SequenceLSTMClassifier(nn.Module):
         embed_size, hidden_size: sizes; ``embeddings`` (a matrix) overrides ``embed_size``.
         dropout: on word embeddings and on the final state fed to the classifier.
         freeze_embeddings: keep pretrained ``embeddings`` fixed.
+        class_names: one name per class (default ``"0"``, ``"1"``, ...), naming the columns of
+            ``predict`` (``prediction_columns``).
     """
 
     def __init__(
@@ -74,12 +76,20 @@ class SequenceLSTMClassifier(nn.Module):
         dropout: float = 0.0,
         freeze_embeddings: bool = False,
         embeddings: np.ndarray | None = None,
+        class_names: list[str] | None = None,
         name: str = "seq_lstm",
     ) -> None:
         super().__init__()
         if embeddings is not None:
             embed_size = int(embeddings.shape[1])
         self.vocab, self.num_classes = vocab, num_classes
+        self.class_names = (
+            [str(k) for k in range(num_classes)]
+            if class_names is None
+            else [str(c) for c in class_names]
+        )
+        if len(self.class_names) != num_classes:
+            raise ValueError(f"class_names={class_names}; expected {num_classes} names")
         embedding = fb.Embedding(
             len(vocab),
             embed_size,
@@ -118,6 +128,14 @@ class SequenceLSTMClassifier(nn.Module):
     def root_probabilities(self, batch: SentenceBatch) -> torch.Tensor:
         """Class probabilities of each sentence (``foldexp ensemble`` averages them)."""
         return self.logits(batch).softmax(1)
+
+    def predict(self, batch: SentenceBatch) -> torch.Tensor:
+        """Class probabilities, one row per sentence (``foldexp predict``)."""
+        return self.logits(batch).softmax(1)
+
+    def prediction_columns(self) -> list[str]:
+        """``p_<class name>`` for each class: the columns of ``predict``."""
+        return [f"p_{name}" for name in self.class_names]
 
     def score_roots(self, scores: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
         """Correct and labelled counts of class scores (logits or probabilities)."""

@@ -6,12 +6,15 @@ arity exactly as the paper writes it; the engine benchmark and tests use them.
 
 ``TreeLSTMClassifier`` is the trainable model over labelled ``foldexp.data.trees.Tree``s (SST,
 calculator trees): a loss on every labelled node, read out through ``Metric`` blocks. Its word
-lookup and per-node recording are in ``tree_parts.py``, its leaf LSTM in ``tree_context.py``.
+lookup and per-node recording are in ``tree_parts.py``, its leaf LSTM in ``tree_context.py``; the
+child-sum Tree-LSTM (``child_sum.py``, any number of children) reuses it with other cells. A node
+with one child or more than two is refused, naming the input (``foldexp.train.tree_data`` names
+the file and line of such a dataset before training).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +37,7 @@ __all__ = [
     "random_tree",
     "TreeLSTMClassifier",
     "TreeBatch",
+    "TreeShape",
 ]
 
 
@@ -115,6 +119,11 @@ class TreeLSTMClassifier(nn.Module):
             every training node (``foldexp.train.distill``) and hands them to
             ``set_soft_targets``; the training loss is then ``distill_weight`` times the
             cross-entropy against them plus the rest times the usual one.
+        class_names: one name per class (default ``"0"``, ``"1"``, ...); ``prediction_columns``
+            names the predicted classes' probabilities after them.
+        non_binary_tree: from the dataset (``foldexp.train.tree_data``): where its first tree
+            that is not binary is (``FILE:LINE: ...``), or ``None``. This model combines exactly
+            two children, so such a dataset is refused here, before any training.
     """
 
     def __init__(
@@ -143,15 +152,19 @@ class TreeLSTMClassifier(nn.Module):
         label_smoothing: float = 0.0,
         teacher: list[str] | str | None = None,
         distill_weight: float = 0.5,
+        class_names: list[str] | None = None,
+        non_binary_tree: str | None = None,
         name: str = "tree_lstm",
     ) -> None:
         super().__init__()
+        self._refuse_non_binary(non_binary_tree)
         if embeddings is not None:
             embed_size = int(embeddings.shape[1])
         self.vocab, self.num_classes, self.node_loss = vocab, num_classes, node_loss
         if predict_classes is not None and not 2 <= predict_classes <= num_classes:
             raise ValueError(f"predict_classes={predict_classes}; expected 2..{num_classes}")
         self.predict_classes = predict_classes or num_classes
+        self.class_names = _class_names(class_names, num_classes)
         self.polarity = _check_polarity(polarity, num_classes)
         if root_loss_weight < 0 or leaf_context_size < 0:
             raise ValueError(
@@ -185,30 +198,8 @@ class TreeLSTMClassifier(nn.Module):
             soft = self._soft_target if teacher else None
             return record_node(state, tree, soft, num_classes)
 
-        leaf_input = 2 * leaf_context_size or embed_size
-        if leaf_context_size:
-            cell = BinaryTreeLSTMCell(hidden_size, recurrent_dropout, forget_bias)
-            leaf_cell = TreeLSTMLeaf(leaf_input, hidden_size, recurrent_dropout)
-            # Kept outside the module registry (a tuple): the blocks already own them.
-            self.leaf_context_steps = (
-                LSTMStep(embed_size, leaf_context_size),
-                LSTMStep(embed_size, leaf_context_size),
-            )
-            root = contextual_tree(word, self.leaf_context_steps, leaf_cell, cell, node)
-        else:
-            tree = fb.ForwardDeclaration(name="tree")
-            children = fb.InputTransform(lambda node: node.children) >> fb.Record((tree(), tree()))
-            if internal_words:
-                internal = fb.AllOf(word, children) >> fb.Function(
-                    WordTreeLSTMCell(embed_size, hidden_size)
-                )
-            else:
-                cell = BinaryTreeLSTMCell(hidden_size, recurrent_dropout, forget_bias)
-                internal = children >> fb.Function(cell)
-            leaf = word >> fb.Function(TreeLSTMLeaf(leaf_input, hidden_size, recurrent_dropout))
-            state = fb.OneOf(lambda node: len(node.children), {0: leaf, 2: internal})
-            tree.resolve_to(node(state, fb.Identity()))
-            root = tree()
+        shape = TreeShape(embed_size, hidden_size, recurrent_dropout, forget_bias, internal_words)
+        root = self._tree_block(word, shape, leaf_context_size, node)
         # Trees are immutable and recur every epoch: trace each once, re-batch it afterwards.
         self.compiler = Compiler(root >> fb.GetItem(0), cache_traces=True)
         self.dropout = nn.Dropout(dropout)
@@ -218,6 +209,49 @@ class TreeLSTMClassifier(nn.Module):
         self.embedding_optimizer = embedding_optimizer
         self.root_loss_weight = root_loss_weight
         self.label_smoothing = label_smoothing
+
+    @staticmethod
+    def _refuse_non_binary(non_binary_tree: str | None) -> None:
+        if non_binary_tree:
+            raise ValueError(
+                f"model tree_lstm combines exactly two children per node, but {non_binary_tree}; "
+                "train model=child_sum_tree_lstm instead (any number of children)"
+            )
+
+    def _tree_block(
+        self,
+        word: fb.Block,
+        shape: TreeShape,
+        leaf_context_size: int,
+        node: Callable[[fb.Block, fb.Block], fb.Block],
+    ) -> fb.Block:
+        """The recursion from a ``Tree`` to its root state ``(h, c)``, every node recorded by
+        ``node`` (a subclass builds its own cells here)."""
+        embed_size, hidden_size = shape.embed_size, shape.hidden_size
+        recurrent_dropout, forget_bias = shape.recurrent_dropout, shape.forget_bias
+        leaf_input = 2 * leaf_context_size or embed_size
+        if leaf_context_size:
+            cell = BinaryTreeLSTMCell(hidden_size, recurrent_dropout, forget_bias)
+            leaf_cell = TreeLSTMLeaf(leaf_input, hidden_size, recurrent_dropout)
+            # Kept outside the module registry (a tuple): the blocks already own them.
+            self.leaf_context_steps = (
+                LSTMStep(embed_size, leaf_context_size),
+                LSTMStep(embed_size, leaf_context_size),
+            )
+            return contextual_tree(word, self.leaf_context_steps, leaf_cell, cell, node)
+        tree = fb.ForwardDeclaration(name="tree")
+        children = fb.InputTransform(_children) >> fb.Record((tree(), tree()))
+        if shape.internal_words:
+            internal = fb.AllOf(word, children) >> fb.Function(
+                WordTreeLSTMCell(embed_size, hidden_size)
+            )
+        else:
+            cell = BinaryTreeLSTMCell(hidden_size, recurrent_dropout, forget_bias)
+            internal = children >> fb.Function(cell)
+        leaf = word >> fb.Function(TreeLSTMLeaf(leaf_input, hidden_size, recurrent_dropout))
+        state = fb.OneOf(_binary_arity, {0: leaf, 2: internal})
+        tree.resolve_to(node(state, fb.Identity()))
+        return tree()
 
     def param_groups(self) -> list[dict[str, Any]]:
         """The word table apart from the rest, so it can learn at its own rate (Tai et al. 2015
@@ -300,6 +334,16 @@ class TreeLSTMClassifier(nn.Module):
         averages them over models)."""
         return self.classify(self.dropout(self.compiler.run(batch.plan))).softmax(1)
 
+    def predict(self, batch: TreeBatch) -> torch.Tensor:
+        """Class probabilities at each tree's root over the predicted classes (the first
+        ``predict_classes``, renormalised), one row per tree (``foldexp predict``)."""
+        logits = self.classify(self.dropout(self.compiler.run(batch.plan)))
+        return logits[:, : self.predict_classes].softmax(1)
+
+    def prediction_columns(self) -> list[str]:
+        """``p_<class name>`` for each predicted class: the columns of ``predict``."""
+        return [f"p_{name}" for name in self.class_names[: self.predict_classes]]
+
     def score_roots(self, probs: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
         """Summed root hits and counts of class probabilities (``summarize`` turns them into
         ``accuracy`` and, with a ``polarity``, ``binary_accuracy``)."""
@@ -356,6 +400,44 @@ class TreeLSTMClassifier(nn.Module):
         if "node_binary_count" in sums:
             metrics["binary_node_accuracy"] = ratio("node_binary_correct", "node_binary_count")
         return metrics
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """The sizes and cell options ``_tree_block`` builds from."""
+
+    embed_size: int
+    hidden_size: int
+    recurrent_dropout: float
+    forget_bias: float
+    internal_words: bool
+
+
+def _children(node: Any) -> tuple:
+    return node.children
+
+
+def _binary_arity(node: Any) -> int:
+    """A node's number of children, refusing any but 0 and 2 with a message a person can act
+    on (the engine wraps it into an ``InputError`` naming the input)."""
+    arity = len(node.children)
+    if arity not in (0, 2):
+        fix = "collapse_unary merges it" if arity == 1 else "model=child_sum_tree_lstm reads it"
+        raise ValueError(
+            f"model tree_lstm combines exactly two children per node, got a node with {arity} "
+            f"({fix})"
+        )
+    return arity
+
+
+def _class_names(names: list[str] | None, num_classes: int) -> list[str]:
+    """``names`` as strings, one per class, or ``"0"``, ``"1"``, ... without them."""
+    if names is None:
+        return [str(k) for k in range(num_classes)]
+    names = [str(n) for n in names]
+    if len(names) != num_classes or len(set(names)) < len(names):
+        raise ValueError(f"class_names={names}; expected {num_classes} distinct names")
+    return names
 
 
 def _check_polarity(

@@ -51,7 +51,10 @@ def input_reader(run: TrainedRun) -> tuple[str | None, Callable[[list[str]], Par
     if target.endswith(("trees_ptb", ".sst")):
         from foldexp.train.tree_data import tree_inputs
 
-        return None, tree_inputs
+        def trees(lines: list[str]) -> Parsed:
+            return tree_inputs(lines, collapse_unary=bool(dataset.get("collapse_unary", False)))
+
+        return None, trees
     raise ValueError(
         f"foldexp predict: {run.folder} was trained on {target}, whose inputs predict cannot "
         "read (it reads molecule CSVs, text CSVs and PTB trees)"
