@@ -27,12 +27,22 @@ register_configs()
 
 def user_errors() -> tuple[type[BaseException], ...]:
     """What a user's config, data or folder can cause: reported as one line, no traceback."""
+    from hydra.errors import HydraException
+
     from foldexp.data.errors import DataError
     from foldexp.models.contract import ModelContractError
     from foldexp.train.loop import TrainingDiverged
     from foldexp.train.rundir import RunFolderError
 
-    return (ValueError, OSError, DataError, ModelContractError, TrainingDiverged, RunFolderError)
+    return (
+        ValueError,
+        OSError,
+        DataError,
+        HydraException,
+        ModelContractError,
+        TrainingDiverged,
+        RunFolderError,
+    )
 
 
 def report_errors(command: str, run: Callable[[], T]) -> T:

@@ -22,6 +22,7 @@ import pandas as pd
 
 from foldexp.train.app import compose_config
 from foldexp.train.build import build_dataset
+from foldexp.validate import ConfigError
 
 __all__ = ["KINDS", "dataset_stats", "import_files", "stats_rows"]
 
@@ -32,9 +33,17 @@ def _dataset_config(kind: str, overrides: Sequence[str]) -> Any:
     for item in overrides:
         if "=" not in item:
             raise ValueError(f"foldexp data: {item!r}: expected KEY=VALUE, e.g. path=FILE")
-    keys = [o if o.startswith("dataset.") else f"dataset.{o}" for o in overrides]
+    keys = [o.removeprefix("dataset.") for o in overrides]
     # ~experiment: the default experiment's dataset keys belong to another dataset
-    return compose_config(["~experiment", f"dataset={kind}", *keys]).dataset
+    base = ["~experiment", f"dataset={kind}"]
+    known = [k for k in compose_config(base).dataset if k != "_target_"]
+    for key in keys:
+        if key.split("=", 1)[0] not in known:
+            raise ConfigError(
+                f"dataset.{key.split('=', 1)[0]} is not a key of {kind}; its keys are "
+                + ", ".join(known)
+            )
+    return compose_config([*base, *(f"dataset.{k}" for k in keys)]).dataset
 
 
 def _example_sizes(example: Any) -> dict[str, float]:
@@ -109,7 +118,7 @@ def import_files(kind: str, overrides: Sequence[str], data_dir: str | Path) -> i
         shutil.copy2(source, target)
     print(f"checked {source}: {bundle.sizes()}")
     print(f"installed {target}; train on it with:")
-    keys = [o if o.startswith("dataset.") else f"dataset.{o}" for o in overrides]
+    keys = [f"dataset.{o.removeprefix('dataset.')}" for o in overrides]
     rest = [k for k in keys if not k.startswith("dataset.path=")]
     print(f"  foldexp train experiment={kind} dataset.path={target} {' '.join(rest)}".rstrip())
     return 0
