@@ -15,7 +15,6 @@ from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf
 from foldexp.models.tree_lstm import TreeLSTMClassifier
 from foldexp.testing import check_block
 from foldexp.train.app import compose_config
-from foldexp.train.loop import run_train
 
 
 def _children(rows: int, n: int) -> tuple:
