@@ -122,7 +122,7 @@ class Balance(str, Enum):
 class DeviceConfig:
     name: DeviceName = DeviceName.cpu
     threads: int = non_negative(2)
-    onednn: bool = True
+    onednn: bool | None = None  # None: by CPU vendor (foldexp/kernels/dense.py)
     keep_memory: bool = True
 
 

@@ -7,9 +7,11 @@ cross-entropy, backward -- with the same modules, so only the batching differs:
 - ``engine``: foldexp (``Compiler.build`` traces and schedules, ``run`` executes); also with
   per-input traces cached (``engine_cached``), in DyNet's agenda order (``engine_agenda``), and
   without merging equal invocations (``engine_unmerged``: every leaf computed, as every peer
-  does; by default a word's leaf state is computed once per batch), and with torch's default
-  MKL matmuls instead of oneDNN (``engine_mkl``; all other PyTorch peers share the model's
-  oneDNN layers, ``foldexp/kernels/dense.py``);
+  does; by default a word's leaf state is computed once per batch), with the dense layers
+  forced through torch's default MKL matmuls (``engine_mkl``) or through oneDNN
+  (``engine_onednn``; every other peer takes this CPU's default route,
+  ``foldexp/kernels/dense.py``), and with a user's own cells written with plain ``nn.Linear``
+  (``engine_plain``);
 - ``loop``: plain PyTorch, each tree evaluated node by node (no batching at all);
 - ``level``: hand-written level-by-level batching: number the nodes of the whole batch by
   height, then one cell call per height, children gathered from the levels below;
@@ -323,18 +325,66 @@ def _engine_unmerged(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tu
 
 
 def _engine_mkl(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
-    # torch's default CPU matmuls (MKL) instead of oneDNN (``foldexp/kernels/dense.py``): what
-    # the engine gains from oneDNN alone. Every other PyTorch peer shares the oneDNN layers.
+    # Dense layers through torch's default CPU matmuls (MKL), whatever this CPU's default route
+    # (``foldexp/kernels/dense.py``); with ``engine_onednn``, both routes side by side.
     set_onednn_enabled(False)
     return _engine(m, trees, labels)
 
 
+def _engine_onednn(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
+    # Dense layers through oneDNN, whatever this CPU's default route.
+    set_onednn_enabled(True)
+    return _engine(m, trees, labels)
+
+
+class _PlainLeaf(nn.Module):
+    """``TreeLSTMLeaf`` as a user writes it -- ``nn.Linear`` and plain torch ops -- sharing the
+    model's parameters."""
+
+    def __init__(self, leaf: nn.Module) -> None:
+        super().__init__()
+        self.gates = nn.Linear(leaf.gates.in_features, leaf.gates.out_features)
+        self.gates.weight, self.gates.bias = leaf.gates.weight, leaf.gates.bias
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        i, o, u = self.gates(x).chunk(3, dim=1)
+        c = torch.sigmoid(i) * torch.tanh(u)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+
+class _PlainCell(nn.Module):
+    """``BinaryTreeLSTMCell`` as a user writes it, sharing the model's parameters."""
+
+    def __init__(self, cell: nn.Module) -> None:
+        super().__init__()
+        self.gates = nn.Linear(cell.gates.in_features, cell.gates.out_features)
+        self.gates.weight, self.gates.bias = cell.gates.weight, cell.gates.bias
+
+    def forward(self, left: tuple, right: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        (hl, cl), (hr, cr) = left, right
+        i, fl, fr, o, u = self.gates(torch.cat([hl, hr], dim=1)).chunk(5, dim=1)
+        c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def _engine_plain(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
+    # A user's own cells (plain nn.Linear, no foldexp layer) through the same Compiler: whatever
+    # makes the engine fast must reach ops it did not write.
+    out = nn.Linear(m.out.in_features, m.out.out_features)
+    out.weight, out.bias = m.out.weight, m.out.bias
+    plain = types.SimpleNamespace(embed=m.embed, leaf=_PlainLeaf(m.leaf), cell=_PlainCell(m.cell))
+    plain.out = out
+    return _engine(plain, trees, labels)  # type: ignore[arg-type]
+
+
 IMPLS = {
     "engine": _engine,
+    "engine_plain": _engine_plain,
     "engine_cached": _engine_cached,
     "engine_agenda": _engine_agenda,
     "engine_unmerged": _engine_unmerged,
     "engine_mkl": _engine_mkl,
+    "engine_onednn": _engine_onednn,
     "loop": _loop,
     "level": _level,
     "torchfold": _torchfold,

@@ -54,7 +54,7 @@ def _setup(name: str, params: dict, trees: list, labels: list[int]) -> tuple:
     from foldexp.bench import peer_torch
     from foldexp.kernels import set_onednn_enabled
 
-    set_onednn_enabled(bool(params.get("onednn", True)))
+    set_onednn_enabled(params.get("onednn"))
     return peer_torch.setup(name, params, trees, labels)
 
 

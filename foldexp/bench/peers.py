@@ -43,7 +43,9 @@ PEERS = {
     "engine_cached": "foldexp engine, per-input traces cached (schedule + run)",
     "engine_agenda": "foldexp engine, DyNet's agenda order instead of depth",
     "engine_unmerged": "foldexp engine, equal invocations not merged (every leaf computed)",
-    "engine_mkl": "foldexp engine, torch's default MKL matmuls instead of oneDNN",
+    "engine_plain": "foldexp engine, a user's own cells (plain nn.Linear, no foldexp layer)",
+    "engine_mkl": "foldexp engine, dense layers through torch's default MKL matmuls",
+    "engine_onednn": "foldexp engine, dense layers through oneDNN",
     "loop": "plain per-tree PyTorch loop",
     "level": "hand-written level-by-level batching (PyTorch)",
     "dynet": "DyNet, autobatch off",
@@ -259,7 +261,7 @@ def peer_cells(bench: Any, env: Env, seed: int, out_dir: Path, device: Any = Non
                 "seed": seed,
                 "dynet_mem": pc.dynet_mem,
                 "keep_memory": bool(getattr(device, "keep_memory", True)),
-                "onednn": bool(getattr(device, "onednn", True)),
+                "onednn": getattr(device, "onednn", None),
             }
             if name in PEER_MODULES:
                 params["module"] = str(PEER_MODULES[name])

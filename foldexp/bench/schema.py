@@ -59,10 +59,12 @@ class PeersConfig:
     implementations: list[str] = field(
         default_factory=lambda: [
             "engine",
+            "engine_plain",
             "engine_cached",
             "engine_agenda",
             "engine_unmerged",
             "engine_mkl",
+            "engine_onednn",
             "loop",
             "level",
             "dynet",

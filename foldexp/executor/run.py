@@ -15,6 +15,9 @@ whole depth loop inside one ``torch.autograd.Function``:
   outputs gives its input gradients, scattered with ``index_add_`` into the gradient buffer, and
   its parameters' gradients, summed and returned to the outer autograd.
 
+Dense layers. On CPUs where ``foldexp.kernels`` takes its oneDNN route, every op runs under
+``routed_linears()``, so a user's plain ``nn.Linear`` takes that route as foldexp's own does.
+
 This avoids the trap of gathering each depth from a growing concatenation of all earlier outputs,
 where autograd materialises a full-size gradient per depth (O(nodes × depth) memory traffic).
 """
@@ -22,12 +25,14 @@ where autograd materialises a full-size gradient per depth (O(nodes × depth) me
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 
 from foldexp.blocks._ops import Op
 from foldexp.compiler.schedule import Group, Index, Plan
+from foldexp.kernels import routed_linears
 
 __all__ = ["execute"]
 
@@ -64,12 +69,17 @@ def _outputs(plan: Plan, bufs: list[torch.Tensor]) -> list[torch.Tensor]:
     return outs
 
 
+def _dense_route(device: torch.device) -> AbstractContextManager:
+    return routed_linears() if device.type == "cpu" else nullcontext()
+
+
 def _run_no_grad(plan: Plan, ops: Sequence[Op], device: torch.device) -> list[torch.Tensor]:
     bufs = _allocate(plan, device)
-    for g in plan.groups:
-        outs = _call(ops[g.op], g, [_read(bufs[ga.tid], ga.rows) for ga in g.gathers])
-        for (tid, start, end), out in zip(g.outs, outs):
-            bufs[tid][start:end] = out
+    with _dense_route(device):
+        for g in plan.groups:
+            outs = _call(ops[g.op], g, [_read(bufs[ga.tid], ga.rows) for ga in g.gathers])
+            for (tid, start, end), out in zip(g.outs, outs):
+                bufs[tid][start:end] = out
     return [o.clone() if o._base is not None else o for o in _outputs(plan, bufs)]
 
 
@@ -88,7 +98,7 @@ class _Sweep:
         plan = self.plan
         bufs = self.bufs = _allocate(plan, self.device)
         self.records: list[Any] = []
-        with torch.enable_grad():
+        with torch.enable_grad(), _dense_route(self.device):
             for g in plan.groups:
                 leaves = []
                 for ga in g.gathers:

@@ -4,8 +4,10 @@ from foldexp.kernels.dense import (
     MIN_ROWS,
     Linear,
     linear,
+    onednn_available,
     onednn_enabled,
     padded_rows,
+    routed_linears,
     set_onednn_enabled,
 )
 from foldexp.kernels.memory import keep_freed_memory
@@ -13,8 +15,10 @@ from foldexp.kernels.memory import keep_freed_memory
 __all__ = [
     "Linear",
     "linear",
+    "onednn_available",
     "onednn_enabled",
     "set_onednn_enabled",
+    "routed_linears",
     "padded_rows",
     "MIN_ROWS",
     "keep_freed_memory",

@@ -28,18 +28,40 @@ keep their default size (1024 shapes; ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` and to
 ``LRU_CACHE_CAPACITY`` change it): capped at 256 they made no difference to SST's memory, and
 Table 1's grid of cases, whose shapes all differ, then evicted its own kernels.
 ``python benchmarks/onednn_linear.py --vary LO HI`` measures a new row count at every call.
+
+Which CPUs. MKL's vendor dispatch is the whole reason for this route, so it is on by default only
+on CPUs that MKL does not serve at full speed: not on Intel's (``GenuineIntel``), where MKL is
+faster -- on a 2-core Intel Xeon (AVX-512) the peers' Tree-LSTM step ran at 1,264 trees/s
+through oneDNN and 1,501 through MKL. ``set_onednn_enabled(True/False)`` (``device.onednn``)
+overrides the choice; ``None`` restores it.
+
+Layers foldexp did not write. ``routed_linears()`` is a ``TorchFunctionMode`` under which every
+``torch.nn.functional.linear`` call -- a user's plain ``nn.Linear`` included -- goes through
+``linear``; the executor runs its ops under it while the route is on, so a user's cell gains the
+same as foldexp's own ``Linear``.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
+from torch.overrides import TorchFunctionMode
 
-__all__ = ["Linear", "linear", "onednn_enabled", "set_onednn_enabled", "padded_rows", "MIN_ROWS"]
+__all__ = [
+    "Linear",
+    "linear",
+    "onednn_available",
+    "onednn_enabled",
+    "set_onednn_enabled",
+    "routed_linears",
+    "padded_rows",
+    "MIN_ROWS",
+]
 
 # Below this many rows a layer is cheap and the fixed costs (oneDNN ≈ 20 µs a call, plus the
 # Python autograd.Function) exceed what oneDNN saves: the measured break-even lies between 32
@@ -49,19 +71,46 @@ MIN_ROWS = 48
 _AVAILABLE = bool(
     torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 )
-_enabled = _AVAILABLE
+
+
+def _cpu_vendor() -> str:
+    """The CPU's vendor id (``GenuineIntel``, ``AuthenticAMD``, ...), "" where unknown."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def _pays_here() -> bool:
+    """Whether the route is worth taking on this CPU: an x86 CPU that is not Intel's."""
+    vendor = _cpu_vendor()
+    return bool(vendor) and vendor != "GenuineIntel"
+
+
+_enabled = _AVAILABLE and _pays_here()
+
+
+def onednn_available() -> bool:
+    """Whether this torch has the oneDNN route at all."""
+    return _AVAILABLE
 
 
 def onednn_enabled() -> bool:
-    """Whether ``linear`` may take the oneDNN route (available and not switched off)."""
+    """Whether ``linear`` takes the oneDNN route (available, and chosen or paying here)."""
     return _enabled
 
 
-def set_onednn_enabled(enabled: bool) -> bool:
-    """Switches the oneDNN route on or off (for A/B measurements and tests); returns the old
-    setting. Switching it on where torch has no oneDNN leaves it off."""
+def set_onednn_enabled(enabled: bool | None) -> bool:
+    """Switches the oneDNN route on or off (for A/B measurements and tests), or back to this
+    CPU's default with ``None``; returns the old setting. Switching it on where torch has no
+    oneDNN leaves it off."""
     global _enabled
-    old, _enabled = _enabled, bool(enabled) and _AVAILABLE
+    choice = _pays_here() if enabled is None else bool(enabled)
+    old, _enabled = _enabled, choice and _AVAILABLE
     return old
 
 
@@ -147,3 +196,21 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias)
+
+
+class _LinearRoute(TorchFunctionMode):
+    """Sends every ``F.linear`` call to ``linear``; every other call through unchanged."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is F.linear:
+            # The mode is off while its handler runs, so ``linear``'s own calls go straight
+            # to torch.
+            return linear(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def routed_linears() -> AbstractContextManager:
+    """A context in which any ``nn.Linear`` (any ``F.linear`` call) takes ``linear``'s route;
+    a no-op context while the route is off, so nothing is paid for it then."""
+    return _LinearRoute() if _enabled else nullcontext()

@@ -7,10 +7,10 @@ import pytest
 
 from foldexp.bench import peer_torch
 from foldexp.bench.trees import make_trees
-from foldexp.kernels import MIN_ROWS, onednn_enabled
+from foldexp.kernels import MIN_ROWS, onednn_available, onednn_enabled, set_onednn_enabled
 
 
-@pytest.mark.skipif(not onednn_enabled(), reason="torch built without oneDNN")
+@pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
 @pytest.mark.usefixtures("restore_onednn")
 def test_peers_agree_and_engine_mkl_uses_default_matmuls() -> None:
     # enough trees that the leaf and lowest cell levels reach the oneDNN route
@@ -18,7 +18,8 @@ def test_peers_agree_and_engine_mkl_uses_default_matmuls() -> None:
     labels = np.random.default_rng(1).integers(5, size=len(trees)).tolist()
     params = {"vocab": 50, "embed": 16, "hidden": 16, "classes": 5, "seed": 0}
     losses = {}
-    for name in ["engine", "level", "loop", "engine_mkl"]:
+    set_onednn_enabled(True)  # the route on, whatever this CPU's default
+    for name in ["engine", "engine_plain", "level", "loop", "engine_mkl"]:
         step, _ = peer_torch.setup(name, params, trees, labels)
         losses[name] = step()["loss"]
         assert onednn_enabled() is (name != "engine_mkl")  # engine_mkl runs last

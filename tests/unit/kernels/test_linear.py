@@ -12,13 +12,21 @@ from foldexp.kernels import (
     MIN_ROWS,
     Linear,
     linear,
+    onednn_available,
     onednn_enabled,
     padded_rows,
+    routed_linears,
     set_onednn_enabled,
 )
 from foldexp.kernels import dense as linear_module
 
-needs_onednn = pytest.mark.skipif(not onednn_enabled(), reason="torch built without oneDNN")
+needs_onednn = pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
+
+
+@pytest.fixture(autouse=True)
+def route_on(restore_onednn: None) -> None:
+    """The route on whatever this CPU's default (these tests check the route itself)."""
+    set_onednn_enabled(True)
 
 
 @pytest.fixture
@@ -144,3 +152,41 @@ def test_module_is_nn_linear_with_the_same_state_dict() -> None:
     ours.load_state_dict(plain.state_dict())
     x = torch.randn(MIN_ROWS + 1, 6)
     torch.testing.assert_close(ours(x), plain(x), rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_default_follows_the_cpu_vendor(monkeypatch: pytest.MonkeyPatch) -> None:
+    # MKL serves Intel CPUs at full speed; the route pays elsewhere (see the module doc).
+    for vendor, expected in [("GenuineIntel", False), ("AuthenticAMD", True), ("", False)]:
+        monkeypatch.setattr(linear_module, "_cpu_vendor", lambda v=vendor: v)
+        set_onednn_enabled(None)
+        assert onednn_enabled() is expected, vendor
+    set_onednn_enabled(False)
+    assert not onednn_enabled()
+
+
+@needs_onednn
+def test_routed_linears_send_plain_nn_linear_through_the_route(onednn_calls: list) -> None:
+    torch.manual_seed(0)
+    plain = nn.Linear(16, 24)
+    x = torch.randn(2 * MIN_ROWS, 16, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    with routed_linears():
+        y = torch.tanh(plain(x))
+    assert onednn_calls, "the plain nn.Linear did not take the route"
+    y_ref = torch.tanh(F.linear(x_ref, plain.weight, plain.bias))
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
+    y.sum().backward()
+    gx, gw = x.grad, plain.weight.grad.clone()
+    plain.zero_grad()
+    y_ref.sum().backward()
+    torch.testing.assert_close(gx, x_ref.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gw, plain.weight.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_routed_linears_cost_nothing_while_the_route_is_off(onednn_calls: list) -> None:
+    set_onednn_enabled(False)
+    with routed_linears():
+        assert torch.overrides._get_current_function_mode() is None
+        nn.Linear(4, 4)(torch.randn(2 * MIN_ROWS, 4))
+    assert not onednn_calls

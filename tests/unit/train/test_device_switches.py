@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from foldexp.kernels import dense, onednn_enabled
+from foldexp.kernels import dense, onednn_available, onednn_enabled
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
 
 
-@pytest.mark.skipif(not onednn_enabled(), reason="torch built without oneDNN")
+@pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
 @pytest.mark.usefixtures("restore_onednn")
 def test_onednn_switch_reaches_the_layers_and_results_agree(
     tiny: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -29,6 +29,15 @@ def test_onednn_switch_reaches_the_layers_and_results_agree(
     assert not calls and not onednn_enabled()
     # float rounding apart, the two routes train the same model
     assert off["test_accuracy"] == pytest.approx(on["test_accuracy"], abs=0.02)
+
+
+@pytest.mark.usefixtures("restore_onednn")
+def test_onednn_null_chooses_by_cpu(tmp_path: Path, tiny: list[str]) -> None:
+    cfg = compose_config([*tiny, "device.onednn=null", "trainer.epochs=1"], tmp_path)
+    assert cfg.device.onednn is None
+    dense.set_onednn_enabled(not dense._pays_here())  # the opposite, so the run must set it
+    run_train(cfg)
+    assert onednn_enabled() is (onednn_available() and dense._pays_here())
 
 
 def test_switches_are_typed(tmp_path: Path) -> None:
