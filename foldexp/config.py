@@ -207,11 +207,6 @@ class TreeLSTMModelConfig:
     embedding_optimizer: EmbeddingOptimizer | None = None
     recurrent_dropout: float = probability(0.0)
     forget_bias: float = 0.0
-    word_dropout: float = probability(0.0)
-    root_loss_weight: float = non_negative(0.0)
-    leaf_context_size: int = non_negative(0)
-    static_vectors: bool = False
-    label_smoothing: float = probability(0.0)
     teacher: list[str] | None = None
     distill_weight: float = ranged(0.5, ge=0, le=1)
 
@@ -470,7 +465,3 @@ class ChildSumTreeLSTMModelConfig:
     embedding_optimizer: EmbeddingOptimizer | None = None
     recurrent_dropout: float = probability(0.0)
     forget_bias: float = 0.0  # any real number is a valid initial bias (as tree_lstm's)
-    word_dropout: float = probability(0.0)
-    root_loss_weight: float = non_negative(0.0)
-    static_vectors: bool = False
-    label_smoothing: float = probability(0.0)

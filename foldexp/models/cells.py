@@ -1,10 +1,17 @@
-"""Recurrent cells as plain ``nn.Module``s, batched over their first dimension.
+"""Recurrent cells as plain ``nn.Module``s, batched over their first dimension: the one
+definition of the Tree-LSTM that the models, the paper's listings and the bench peers share.
 
-They are what ``Function`` wraps inside tree and sequence models: ``TreeLSTMLeaf`` and
-``BinaryTreeLSTMCell`` (the binary N-ary Tree-LSTM of Tai et al. 2015, one fused matmul for all
-gates), ``TreeLSTMCell`` (the same cell with an input vector too, as the Fold paper's §3.5 writes
-it: ``TreeLSTM(x, h_left, h_right)``), ``ChildSumTreeLSTMCell``, and ``LSTMCell`` / ``GRUCell``
-taking ``(state, input)`` pairs as ``Fold`` passes them.
+They are what ``Function`` wraps inside tree and sequence models:
+
+- binary Tree-LSTM (the N-ary Tree-LSTM of Tai et al. 2015 with N = 2, one fused matmul for all
+  gates, one state update ``binary_state``): ``TreeLSTMLeaf`` and ``BinaryTreeLSTMCell``;
+  ``WordTreeLSTMCell``, the same cell reading the node's own word too (calculator operators);
+  ``TreeLSTMCell``, the same cell with an input vector, as the Fold paper's §3.5 writes it:
+  ``TreeLSTM(x, h_left, h_right)``;
+- child-sum Tree-LSTM (Tai et al. 2015, §3.1, any number of children), in the pieces the blocks
+  of ``child_sum.py`` batch: ``ChildForget`` / ``ChildSumCombine``, and ``WordChildForget`` /
+  ``WordChildSumCombine`` for nodes with a word;
+- ``LSTMCell`` / ``GRUCell`` taking ``(state, input)`` pairs as ``Fold`` passes them.
 """
 
 from __future__ import annotations
@@ -19,8 +26,13 @@ from foldexp.kernels import Linear
 __all__ = [
     "TreeLSTMLeaf",
     "BinaryTreeLSTMCell",
+    "WordTreeLSTMCell",
     "TreeLSTMCell",
-    "ChildSumTreeLSTMCell",
+    "binary_state",
+    "ChildForget",
+    "ChildSumCombine",
+    "WordChildForget",
+    "WordChildSumCombine",
     "LSTMCell",
     "GRUCell",
 ]
@@ -37,6 +49,19 @@ def _update_dropout(p: float) -> nn.Module | None:
 
 def _candidate(u: torch.Tensor, dropout: nn.Module | None) -> torch.Tensor:
     return torch.tanh(u) if dropout is None else dropout(torch.tanh(u))
+
+
+def binary_state(
+    z: torch.Tensor, cl: torch.Tensor, cr: torch.Tensor, update_dropout: nn.Module | None = None
+) -> State:
+    """A binary Tree-LSTM node's ``(h, c)`` from its gates' pre-activations ``z``
+    (``(batch, 5 * hidden)``, in the order i, f_left, f_right, o, u) and its children's memories:
+    ``c = i ⊙ u + f_l ⊙ c_l + f_r ⊙ c_r``, ``h = o ⊙ tanh(c)``."""
+    i, fl, fr, o, u = z.chunk(5, dim=1)
+    update = torch.sigmoid(i) * _candidate(u, update_dropout)
+    c = update + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
+    h = torch.sigmoid(o) * torch.tanh(c)
+    return h, c
 
 
 class TreeLSTMLeaf(nn.Module):
@@ -82,11 +107,21 @@ class BinaryTreeLSTMCell(nn.Module):
 
     def forward(self, left: State, right: State) -> State:
         (hl, cl), (hr, cr) = left, right
-        i, fl, fr, o, u = self.gates(torch.cat([hl, hr], dim=1)).chunk(5, dim=1)
-        update = torch.sigmoid(i) * _candidate(u, self.update_dropout)
-        c = update + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
-        h = torch.sigmoid(o) * torch.tanh(c)
-        return h, c
+        return binary_state(self.gates(torch.cat([hl, hr], dim=1)), cl, cr, self.update_dropout)
+
+
+class WordTreeLSTMCell(nn.Module):
+    """``BinaryTreeLSTMCell`` that also reads the node's own word ``x`` (an operator symbol):
+    the gates are ``cell.gates([h_l; h_r]) + x_gates(x)``."""
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.cell = BinaryTreeLSTMCell(hidden_size)
+        self.x_gates = Linear(input_size, 5 * hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor, children: tuple[State, State]) -> State:
+        (hl, cl), (hr, cr) = children
+        return binary_state(self.cell.gates(torch.cat([hl, hr], dim=1)) + self.x_gates(x), cl, cr)
 
 
 class TreeLSTMCell(nn.Module):
@@ -134,35 +169,67 @@ class TreeLSTMCell(nn.Module):
         if self.gates is None:
             raise RuntimeError(f"{self!r} is used before its input size is known")
         (hl, cl), (hr, cr) = children
-        i, fl, fr, o, u = self.gates(torch.cat([x, hl, hr], dim=1)).chunk(5, dim=1)
-        c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
-        h = torch.sigmoid(o) * torch.tanh(c)
-        return h, c
+        return binary_state(self.gates(torch.cat([x, hl, hr], dim=1)), cl, cr)
 
 
-class ChildSumTreeLSTMCell(nn.Module):
-    """Child-sum Tree-LSTM over a fixed number of children given as separate states plus an
-    input vector: ``forward(x, *children)``; ``h̃ = Σ h_k``, one forget gate per child."""
+class ChildForget(nn.Module):
+    """One child's gated memory, ``σ(U_f h_k + b_f) ⊙ c_k`` (a node without a word)."""
 
-    def __init__(self, input_size: int, hidden_size: int) -> None:
+    def __init__(self, hidden_size: int, forget_bias: float = 0.0) -> None:
+        super().__init__()
+        self.gate = Linear(hidden_size, hidden_size)
+        if forget_bias:
+            with torch.no_grad():
+                self.gate.bias += forget_bias
+
+    def forward(self, h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.gate(h)) * c
+
+
+class ChildSumCombine(nn.Module):
+    """A node's state from ``h̃`` and ``Σ f_k ⊙ c_k``: gates ``i, o, u`` from ``U h̃ + b``."""
+
+    def __init__(self, hidden_size: int, recurrent_dropout: float = 0.0) -> None:
+        super().__init__()
+        self.gates = Linear(hidden_size, 3 * hidden_size)
+        self.update_dropout = _update_dropout(recurrent_dropout)
+
+    def forward(self, h_sum: torch.Tensor, fc_sum: torch.Tensor) -> State:
+        i, o, u = self.gates(h_sum).chunk(3, dim=1)
+        c = torch.sigmoid(i) * _candidate(u, self.update_dropout) + fc_sum
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+
+class WordChildForget(nn.Module):
+    """``σ(U_f h_k + [W x + b]_f) ⊙ c_k``: a child's gated memory at a node with a word ``x``,
+    given the node's projected word (all four gates' share, ``W x + b``)."""
+
+    def __init__(self, hidden_size: int, forget_bias: float = 0.0) -> None:
         super().__init__()
         self.hidden_size = hidden_size
-        self.x_gates = Linear(input_size, 4 * hidden_size)
-        self.h_iou = Linear(hidden_size, 3 * hidden_size, bias=False)
-        self.h_f = Linear(hidden_size, hidden_size, bias=False)
+        self.gate = Linear(hidden_size, hidden_size, bias=False)
+        self.forget_bias = forget_bias
 
-    def forward(self, x: torch.Tensor, *children: State) -> State:
-        xi, xo, xu, xf = self.x_gates(x).chunk(4, dim=1)
-        if children:
-            h_sum = torch.stack([h for h, _ in children]).sum(0)
-        else:
-            h_sum = x.new_zeros(x.shape[0], self.hidden_size)
-        hi, ho, hu = self.h_iou(h_sum).chunk(3, dim=1)
-        c = torch.sigmoid(xi + hi) * torch.tanh(xu + hu)
-        for h_k, c_k in children:
-            c = c + torch.sigmoid(xf + self.h_f(h_k)) * c_k
-        h = torch.sigmoid(xo + ho) * torch.tanh(c)
-        return h, c
+    def forward(self, child: State, x_gates: torch.Tensor) -> torch.Tensor:
+        h, c = child
+        x_f = x_gates[:, 3 * self.hidden_size :]
+        return torch.sigmoid(self.gate(h) + x_f + self.forget_bias) * c
+
+
+class WordChildSumCombine(nn.Module):
+    """A node's state from its projected word, ``h̃`` and ``Σ f_k ⊙ c_k``."""
+
+    def __init__(self, hidden_size: int, recurrent_dropout: float = 0.0) -> None:
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.gates = Linear(hidden_size, 3 * hidden_size, bias=False)
+        self.update_dropout = _update_dropout(recurrent_dropout)
+
+    def forward(self, x_gates: torch.Tensor, h_sum: torch.Tensor, fc_sum: torch.Tensor) -> State:
+        n = self.hidden_size
+        i, o, u = (self.gates(h_sum) + x_gates[:, : 3 * n]).chunk(3, dim=1)
+        c = torch.sigmoid(i) * _candidate(u, self.update_dropout) + fc_sum
+        return torch.sigmoid(o) * torch.tanh(c), c
 
 
 class LSTMCell(nn.Module):

@@ -13,7 +13,7 @@ own, ``f_k = σ(U_f h_k + W_f x + b_f)``, so ``c = i ⊙ u + Σ_k f_k ⊙ c_k`` 
 and a node with a word of its own (calculator operators) zips its projected word, repeated by
 ``Broadcast``, with the children (``ZipWith``) so each forget gate reads it. The engine batches
 the children of all nodes at one depth together, whatever their number. A leaf is
-``TreeLSTMLeaf`` on its word, as in the binary model.
+``TreeLSTMLeaf`` on its word, as in the binary model. The cells are in ``cells.py``.
 
 ``ChildSumTreeLSTMClassifier`` is ``TreeLSTMClassifier`` (loss on every labelled node, the same
 metrics, ``predict``) with these cells in place of the binary ones.
@@ -25,89 +25,20 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch
-from torch import nn
 
 import foldexp.blocks as fb
 from foldexp.kernels import Linear
-from foldexp.models.cells import TreeLSTMLeaf
+from foldexp.models.cells import (
+    ChildForget,
+    ChildSumCombine,
+    TreeLSTMLeaf,
+    WordChildForget,
+    WordChildSumCombine,
+)
+from foldexp.models.tree_accuracy import Polarity
 from foldexp.models.tree_lstm import TreeLSTMClassifier, TreeShape
 
-__all__ = [
-    "ChildForget",
-    "ChildSumCombine",
-    "ChildSumTreeLSTMClassifier",
-    "WordChildForget",
-    "WordChildSumCombine",
-    "child_sum_tree",
-]
-
-State = tuple[torch.Tensor, torch.Tensor]
-
-
-def _candidate(u: torch.Tensor, dropout: nn.Module | None) -> torch.Tensor:
-    """``tanh(u)``, with recurrent dropout on it (Semeniuta et al. 2016) when asked."""
-    return torch.tanh(u) if dropout is None else dropout(torch.tanh(u))
-
-
-class ChildForget(nn.Module):
-    """One child's gated memory, ``σ(U_f h_k + b_f) ⊙ c_k`` (a node without a word)."""
-
-    def __init__(self, hidden_size: int, forget_bias: float = 0.0) -> None:
-        super().__init__()
-        self.gate = Linear(hidden_size, hidden_size)
-        if forget_bias:
-            with torch.no_grad():
-                self.gate.bias += forget_bias
-
-    def forward(self, h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.gate(h)) * c
-
-
-class ChildSumCombine(nn.Module):
-    """A node's state from ``h̃`` and ``Σ f_k ⊙ c_k``: gates ``i, o, u`` from ``U h̃ + b``."""
-
-    def __init__(self, hidden_size: int, recurrent_dropout: float = 0.0) -> None:
-        super().__init__()
-        self.gates = Linear(hidden_size, 3 * hidden_size)
-        self.update_dropout = nn.Dropout(recurrent_dropout) if recurrent_dropout > 0 else None
-
-    def forward(self, h_sum: torch.Tensor, fc_sum: torch.Tensor) -> State:
-        i, o, u = self.gates(h_sum).chunk(3, dim=1)
-        c = torch.sigmoid(i) * _candidate(u, self.update_dropout) + fc_sum
-        return torch.sigmoid(o) * torch.tanh(c), c
-
-
-class WordChildForget(nn.Module):
-    """``σ(U_f h_k + [W x + b]_f) ⊙ c_k``: a child's gated memory at a node with a word ``x``,
-    given the node's projected word (all four gates' share, ``W x + b``)."""
-
-    def __init__(self, hidden_size: int, forget_bias: float = 0.0) -> None:
-        super().__init__()
-        self.hidden_size = hidden_size
-        self.gate = Linear(hidden_size, hidden_size, bias=False)
-        self.forget_bias = forget_bias
-
-    def forward(self, child: State, x_gates: torch.Tensor) -> torch.Tensor:
-        h, c = child
-        x_f = x_gates[:, 3 * self.hidden_size :]
-        return torch.sigmoid(self.gate(h) + x_f + self.forget_bias) * c
-
-
-class WordChildSumCombine(nn.Module):
-    """A node's state from its projected word, ``h̃`` and ``Σ f_k ⊙ c_k``."""
-
-    def __init__(self, hidden_size: int, recurrent_dropout: float = 0.0) -> None:
-        super().__init__()
-        self.hidden_size = hidden_size
-        self.gates = Linear(hidden_size, 3 * hidden_size, bias=False)
-        self.update_dropout = nn.Dropout(recurrent_dropout) if recurrent_dropout > 0 else None
-
-    def forward(self, x_gates: torch.Tensor, h_sum: torch.Tensor, fc_sum: torch.Tensor) -> State:
-        n = self.hidden_size
-        i, o, u = (self.gates(h_sum) + x_gates[:, : 3 * n]).chunk(3, dim=1)
-        c = torch.sigmoid(i) * _candidate(u, self.update_dropout) + fc_sum
-        return torch.sigmoid(o) * torch.tanh(c), c
+__all__ = ["ChildSumTreeLSTMClassifier", "child_sum_tree"]
 
 
 def _children(node: Any) -> tuple:
@@ -162,8 +93,8 @@ def child_sum_tree(
 class ChildSumTreeLSTMClassifier(TreeLSTMClassifier):
     """Child-sum Tree-LSTM classifier: trees of any arity, a loss on every labelled node.
 
-    Arguments as ``TreeLSTMClassifier`` (``foldexp.models.tree_lstm``), less the binary model's
-    leaf LSTM and distillation; ``forget_bias`` starts every child's forget gate.
+    Arguments as ``TreeLSTMClassifier`` (``foldexp.models.tree_lstm``), less distillation;
+    ``forget_bias`` starts every child's forget gate.
     """
 
     def __init__(
@@ -184,13 +115,8 @@ class ChildSumTreeLSTMClassifier(TreeLSTMClassifier):
         internal_words: bool = False,
         embeddings: np.ndarray | None = None,
         predict_classes: int | None = None,
-        polarity: tuple[list[int], list[int]] | None = None,
-        word_dropout: float = 0.0,
-        root_loss_weight: float = 0.0,
-        static_vectors: bool = False,
-        label_smoothing: float = 0.0,
+        polarity: Polarity | None = None,
         class_names: list[str] | None = None,
-        name: str = "child_sum_tree_lstm",
     ) -> None:
         super().__init__(
             vocab,
@@ -210,22 +136,11 @@ class ChildSumTreeLSTMClassifier(TreeLSTMClassifier):
             embeddings=embeddings,
             predict_classes=predict_classes,
             polarity=polarity,
-            word_dropout=word_dropout,
-            root_loss_weight=root_loss_weight,
-            static_vectors=static_vectors,
-            label_smoothing=label_smoothing,
             class_names=class_names,
-            name=name,
         )
 
-    def _tree_block(
-        self,
-        word: fb.Block,
-        shape: TreeShape,
-        leaf_context_size: int,
-        node: Callable[[fb.Block, fb.Block], fb.Block],
-    ) -> fb.Block:
-        """The child-sum recursion (``leaf_context_size`` is always 0 here)."""
+    def _tree_block(self, word: fb.Block, shape: TreeShape) -> fb.Block:
+        """The child-sum recursion, every node recorded."""
         return child_sum_tree(
             word,
             shape.embed_size,
@@ -233,5 +148,5 @@ class ChildSumTreeLSTMClassifier(TreeLSTMClassifier):
             internal_words=shape.internal_words,
             recurrent_dropout=shape.recurrent_dropout,
             forget_bias=shape.forget_bias,
-            node=node,
+            node=self._record,
         )

@@ -11,14 +11,14 @@ import torch
 import foldexp.blocks as fb
 from foldexp.data.trees import Tree
 from foldexp.data.vocab import Vocabulary
-from foldexp.models.cells import TreeLSTMLeaf
-from foldexp.models.child_sum import (
+from foldexp.models.cells import (
     ChildForget,
     ChildSumCombine,
-    ChildSumTreeLSTMClassifier,
+    TreeLSTMLeaf,
     WordChildForget,
     WordChildSumCombine,
 )
+from foldexp.models.child_sum import ChildSumTreeLSTMClassifier
 from foldexp.models.tree_lstm import TreeLSTMClassifier
 from foldexp.testing import check_block
 
