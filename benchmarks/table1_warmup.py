@@ -22,8 +22,8 @@ from types import SimpleNamespace
 import torch
 
 from foldexp import Compiler
-from foldexp.bench.models import PaperTreeModel
 from foldexp.bench.table1 import table1_cases
+from foldexp.bench.table1_model import PaperTreeModel
 from foldexp.bench.timing import Env, Stopwatch, round_order
 from foldexp.kernels.memory import keep_freed_memory
 

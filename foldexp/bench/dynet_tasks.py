@@ -25,8 +25,8 @@ from torch import nn
 
 import foldexp.blocks as fb
 from foldexp import Compiler
-from foldexp.bench.cells import Cell, Record
-from foldexp.bench.paper import DYNET_TASKS
+from foldexp.bench.grid import Cell, Record
+from foldexp.bench.published import DYNET_TASKS
 from foldexp.bench.timing import Case, Env, Stopwatch, run_interleaved
 from foldexp.bench.trees import make_tree, sentence_lengths
 from foldexp.models.tree_lstm import tree_lstm_classifier

@@ -9,8 +9,8 @@ import math
 
 import pandas as pd
 
-from foldexp.bench.paper import DYNET_TABLE2, DYNET_TOOLKITS, FOLD_COLUMNS, FOLD_TABLE1
 from foldexp.bench.peers import PEERS
+from foldexp.bench.published import DYNET_TABLE2, DYNET_TOOLKITS, FOLD_COLUMNS, FOLD_TABLE1
 from foldexp.bench.results import (
     scaling_summary,
     table1_summary,
@@ -93,8 +93,8 @@ def table1_markdown(df: pd.DataFrame, mode: str) -> str:
         _table(head, prow),
         "",
         "Cost ratio = dynamic / manual (identical shapes); speedup ratio = manual per-tree time "
-        "at batch 1 / full-dynamic per-tree time. Our manual batches each tree level in one call "
-        "(the issue's definition), so it is already fast at batch 1; the paper's manual graph had "
+        "at batch 1 / full-dynamic per-tree time. Our manual batches each tree level in one call, "
+        "so it is already fast at batch 1; the paper's manual graph had "
         "one op per node, which is what *speedup vs per-node@1* divides by. *(paired)* columns are "
         "the median over repeats of each repeat's own ratio (its cases run back to back, so it "
         "cancels drift between repeats). Time columns exclude "

@@ -28,7 +28,6 @@ returns extra numbers to record. Raises ``Unavailable`` when a library cannot be
 
 from __future__ import annotations
 
-import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -37,18 +36,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from foldexp.bench.dgl_import import Unavailable, import_dgl
 from foldexp.kernels import Linear, set_onednn_enabled
 from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf
 
 __all__ = ["Unavailable", "TreeLSTMParams", "setup", "IMPLS"]
 
 
-class Unavailable(Exception):
-    """The peer's library is not installed or cannot be imported here."""
-
-
 class TreeLSTMParams(nn.Module):
-    """The shared model: embedding, leaf cell, binary cell, classifier."""
+    """The shared model: embedding, leaf cell, binary cell (``foldexp.models.cells``),
+    classifier."""
 
     def __init__(self, vocab: int, embed: int, hidden: int, classes: int) -> None:
         super().__init__()
@@ -75,13 +72,11 @@ def _engine(
     import foldexp
     import foldexp.blocks as fb
     from foldexp import Compiler
+    from foldexp.models.tree_lstm import binary_tree, word_leaf
 
-    tree = fb.ForwardDeclaration(name="tree")
-    leaf = fb.GetItem(0) >> fb.Scalar("int64") >> fb.Function(m.embed) >> fb.Function(m.leaf)
-    pair = fb.AllOf(fb.GetItem(0) >> tree(), fb.GetItem(1) >> tree()) >> fb.Function(m.cell)
-    tree.resolve_to(fb.OneOf(key_fn=len, case_blocks=[(1, leaf), (2, pair)]))
+    tree = binary_tree(word_leaf(m.embed, m.leaf), m.cell)  # binary_tree_lstm with m's modules
     model = Compiler(
-        tree() >> fb.GetItem(0) >> fb.Function(m.out),
+        tree >> fb.GetItem(0) >> fb.Function(m.out),
         cache_traces=cache_traces,
         schedule_order=schedule_order,
         merge_duplicates=merge_duplicates,
@@ -214,54 +209,11 @@ def _torchfold(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[St
     return step, {"version": "torchfold 0.1.0"}
 
 
-def _import_dgl() -> Any:
-    try:
-        import dgl  # noqa: F401
-    except FileNotFoundError:  # no graphbolt library for this torch: stand in an empty module
-        for name in [n for n in sys.modules if n == "dgl" or n.startswith("dgl.")]:
-            del sys.modules[name]
-        stub = types.ModuleType("dgl.graphbolt")
-        stub.__path__ = []  # type: ignore[attr-defined]
-        stub.__file__ = "<graphbolt stand-in>"
-
-        class _Any:
-            def __init__(self, *a: Any, **k: Any) -> None:
-                pass
-
-            def __call__(self, *a: Any, **k: Any) -> Any:
-                return _Any()
-
-            def __getattr__(self, name: str) -> Any:
-                if name.startswith("__"):
-                    raise AttributeError(name)
-                return _Any()
-
-            def __mro_entries__(self, bases: Any) -> tuple:
-                return (object,)
-
-        def attr(name: str) -> Any:
-            if name.startswith("__"):
-                raise AttributeError(name)
-            return _Any()
-
-        stub.__getattr__ = attr  # type: ignore[method-assign]
-        sys.modules["dgl.graphbolt"] = stub
-    except ImportError as e:
-        raise Unavailable(
-            f"dgl is missing or incomplete ({e}); see the README for its install"
-        ) from None
-    try:
-        import dgl
-    except Exception as e:  # an import that still fails is a skip, never a bench failure
-        raise Unavailable(f"dgl cannot be imported with torch {torch.__version__}: {e}") from None
-    return dgl
-
-
 def _dgl(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
     import warnings
 
     warnings.filterwarnings("ignore")  # DGL warns about its missing torch adapter on import
-    dgl = _import_dgl()
+    dgl = import_dgl()
 
     def reduce(nodes: Any) -> dict[str, torch.Tensor]:
         h, c = nodes.mailbox["h"], nodes.mailbox["c"]  # (n, 2, hidden): left, right by edge id

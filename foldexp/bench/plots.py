@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from foldexp.bench.paper import FOLD_COLUMNS, FOLD_TABLE1
+from foldexp.bench.published import FOLD_COLUMNS, FOLD_TABLE1
 from foldexp.bench.results import (
     read_csv,
     scaling_summary,

@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from foldexp.bench.cells import Cell, Record
+from foldexp.bench.grid import Cell, Record
 from foldexp.bench.markdown import render
 from foldexp.bench.results import CSV_NAME, table1_summary, throughput_summary, to_frame
 from foldexp.bench.timing import setup_env
@@ -146,7 +146,7 @@ def summarize(df: pd.DataFrame, seconds: float | None = None) -> str:
         if skipped:
             parts.append("Skipped: " + "; ".join(skipped) + ".")
     if (df["experiment"] == "dynet_tasks").any():
-        from foldexp.bench.paper import DYNET_TABLE2
+        from foldexp.bench.published import DYNET_TABLE2
 
         t = throughput_summary(df, "dynet_tasks")
         desc = []

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from foldexp import Compiler
-from foldexp.bench.cells import Cell, Record
-from foldexp.bench.models import PaperTreeModel
+from foldexp.bench.grid import Cell, Record
+from foldexp.bench.table1_model import PaperTreeModel
 from foldexp.bench.timing import Case, Env, Stopwatch, run_interleaved
 from foldexp.bench.trees import SHAPES, make_trees
 

@@ -10,7 +10,7 @@ and each batch size, three cases are timed side by side (``timing.run_interleave
 - ``full_dynamic``: the engine on random trees of the same size, every shape different;
   ``schedule_full_dynamic`` and ``full_dynamic`` likewise;
 - at batch size 1 only, ``manual_node``: one op per node, the paper's baseline, so the paper's
-  speedup ratio (``speedup_node``) can be computed beside the issue's (``speedup_ratio``, whose
+  speedup ratio (``speedup_node``) can be computed beside ours (``speedup_ratio``, whose
   batch-1 manual time already batches each level of the tree).
 
 As in the paper, the table's time columns exclude schedule building (TF Fold's ``feed_dict``
@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from foldexp import Compiler
-from foldexp.bench.cells import Cell, Record
-from foldexp.bench.models import PaperTreeModel, leaf_words
+from foldexp.bench.grid import Cell, Record
+from foldexp.bench.table1_model import PaperTreeModel, leaf_words
 from foldexp.bench.timing import Case, Env, Stopwatch, repeats_for, run_interleaved
 from foldexp.bench.trees import levels_of, make_tree, make_trees, same_shape_trees
 

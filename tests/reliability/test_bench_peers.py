@@ -16,7 +16,7 @@ import pytest
 
 from foldexp.bench import peers
 from foldexp.bench.app import compose_config
-from foldexp.bench.peers import _child_env, _Peer
+from foldexp.bench.peer_process import PeerProcess, child_env
 from foldexp.bench.run import run_bench
 
 _STEP = """
@@ -112,9 +112,11 @@ def test_every_misbehaving_peer_becomes_a_row_naming_its_reason(
     assert "fakelib is not installed" in md and "exited with code 3" in md
 
 
-def _started(name: str, tmp_path: Path, fake_peers: Path, timeout: float) -> _Peer:
+def _started(name: str, tmp_path: Path, fake_peers: Path, timeout: float) -> PeerProcess:
     params = {"trees_file": str(_trees_file(tmp_path)), "module": str(fake_peers / f"{name}.py")}
-    return _Peer(name, params, sys.executable, _child_env(1), tmp_path / f"{name}.log", timeout)
+    return PeerProcess(
+        name, params, sys.executable, child_env(1), tmp_path / f"{name}.log", timeout
+    )
 
 
 def test_a_silent_peer_is_killed_after_its_timeout(tmp_path: Path, fake_peers: Path) -> None:
@@ -147,7 +149,7 @@ def test_an_unreadable_trees_file_is_a_failure_naming_it(tmp_path: Path, fake_pe
     broken = tmp_path / "broken.json"
     broken.write_text('{"trees": [[1], [2]],\n "labels": [0,]}')
     params = {"trees_file": str(broken), "module": str(fake_peers / "chatty.py")}
-    peer = _Peer("chatty", params, sys.executable, _child_env(1), tmp_path / "b.log", 60)
+    peer = PeerProcess("chatty", params, sys.executable, child_env(1), tmp_path / "b.log", 60)
     try:
         reply = peer.read()
     finally:

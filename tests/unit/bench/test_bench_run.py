@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from foldexp.bench.app import compose_config
-from foldexp.bench.peers import _child_env, _Peer
+from foldexp.bench.peer_process import PeerProcess, child_env
 from foldexp.bench.plots import redraw
 from foldexp.bench.results import CSV_NAME, FIELDS, to_frame
 from foldexp.bench.run import run_bench
@@ -110,7 +110,7 @@ def test_a_broken_peer_is_reported_not_raised(tmp_path: Path) -> None:
     trees = tmp_path / "t.json"
     trees.write_text(json.dumps({"trees": [[[1], [2]]], "labels": [0]}))
     params = {"trees_file": str(trees), "vocab": 3, "embed": 2, "hidden": 2, "classes": 2}
-    peer = _Peer("no_such_peer", params, sys.executable, _child_env(1), tmp_path / "log", 120)
+    peer = PeerProcess("no_such_peer", params, sys.executable, child_env(1), tmp_path / "log", 120)
     reply = peer.read()
     peer.close()
     assert (

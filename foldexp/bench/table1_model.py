@@ -1,17 +1,20 @@
-"""The Table 1 model of the Fold paper, three ways: engine, manual by level, manual by node.
+"""The model Table 1 of the Fold paper times, run three ways: engine, manual by level, manual
+by node (``table1.py`` and ``scaling.py`` time them).
 
 The paper's benchmark (TF Fold's ``iclr_2017_benchmark.py``) uses leaves that are embedding
 lookups straight into the state (a table with one row per leaf position, 128 rows) and internal
 nodes that are "a variation on the Tree-LSTM": one hidden layer over ``[left; right]``, then a
 single matmul for four gates, ``y = σ(f_l)·left + σ(f_r)·right + σ(i)·tanh(g)``. The state is one
-vector (no separate memory cell). ``PaperTreeCell`` is that cell.
+vector (no separate memory cell). ``PaperTreeCell`` is that cell: not the Tree-LSTM of
+``foldexp.models.cells``, so it lives here; the engine runs it in ``binary_tree``, the same
+recursion as ``foldexp.models.tree_lstm.binary_tree_lstm``.
 
 *Manual* batching is what a static graph can do for a batch of identical-shape trees, with the
 structure fixed before timing starts:
 
 - ``manual_level``: one embedding call for all leaves, then one cell call per tree level over
   every node of that level in every tree (children gathered with ``torch.cat`` of per-node
-  slices) -- the issue's definition and the best case for batching by depth;
+  slices) -- what we call manual batching, and the best case for batching by depth;
 - ``manual_node``: the paper's own baseline, one op per tree node, batched across trees only.
 """
 
@@ -27,6 +30,7 @@ from torch import nn
 import foldexp.blocks as fb
 from foldexp.bench.trees import Levels
 from foldexp.kernels import Linear
+from foldexp.models.tree_lstm import binary_tree
 
 __all__ = [
     "PaperTreeCell",
@@ -65,12 +69,10 @@ class PaperTreeModel(nn.Module):
         self.cell = PaperTreeCell(state_size)
 
     def block(self) -> fb.Block:
-        """The engine's model: ``OneOf`` on arity over a recursive ``ForwardDeclaration``."""
-        tree = fb.ForwardDeclaration(name="tree")
+        """The engine's model: ``OneOf`` on arity over a recursive ``ForwardDeclaration``, a
+        leaf's state its embedding."""
         leaf = fb.GetItem(0) >> fb.Scalar("int64") >> fb.Function(self.embedding)
-        node = fb.AllOf(fb.GetItem(0) >> tree(), fb.GetItem(1) >> tree()) >> fb.Function(self.cell)
-        tree.resolve_to(fb.OneOf(key_fn=len, case_blocks=[(1, leaf), (2, node)]))
-        return tree()
+        return binary_tree(leaf, self.cell)
 
     def manual_level(self, levels: Levels, words: torch.Tensor) -> torch.Tensor:
         """Roots' states; ``words`` is ``(leaf_count, batch)``, leaves left to right."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from foldexp import Compiler
-from foldexp.bench.models import PaperTreeModel, leaf_words
+from foldexp.bench.table1_model import PaperTreeModel, leaf_words
 from foldexp.bench.trees import (
     levels_of,
     make_tree,
