@@ -117,6 +117,7 @@ class ChildSumTreeLSTMClassifier(TreeLSTMClassifier):
         predict_classes: int | None = None,
         polarity: Polarity | None = None,
         class_names: list[str] | None = None,
+        name: str = "child_sum_tree_lstm",
     ) -> None:
         super().__init__(
             vocab,
@@ -137,6 +138,7 @@ class ChildSumTreeLSTMClassifier(TreeLSTMClassifier):
             predict_classes=predict_classes,
             polarity=polarity,
             class_names=class_names,
+            name=name,
         )
 
     def _tree_block(self, word: fb.Block, shape: TreeShape) -> fb.Block:

@@ -130,6 +130,7 @@ class TreeLSTMClassifier(nn.Module):
         non_binary_tree: from the dataset (``foldexp.train.tree_data``): where its first tree
             that is not binary is (``FILE:LINE: ...``), or ``None``. This model combines exactly
             two children, so such a dataset is refused here, before any training.
+        name: the display name in results (the config's ``model.name``).
     """
 
     def __init__(
@@ -155,6 +156,7 @@ class TreeLSTMClassifier(nn.Module):
         distill_weight: float = 0.5,
         class_names: list[str] | None = None,
         non_binary_tree: str | None = None,
+        name: str = "tree_lstm",
     ) -> None:
         super().__init__()
         _refuse_non_binary(non_binary_tree)
