@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from foldexp.blocks._ops import Op
-from foldexp.blocks._tensors import integer_range
+from foldexp.blocks.internal import Op, integer_range
 from foldexp.compiler.agenda import agenda_levels
 from foldexp.compiler.merge import distinct_rows, distinct_scalars
 from foldexp.compiler.trace import Trace
