@@ -20,7 +20,6 @@ import dataclasses
 import importlib
 import inspect
 from collections.abc import Callable, Mapping
-from enum import Enum
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -77,9 +76,7 @@ _GROUP_SCHEMAS = {
 }
 
 
-def plain(value: Any) -> Any:
-    """An enum config value as its plain string (OmegaConf keeps enum members)."""
-    return value.value if isinstance(value, Enum) else value
+plain = schemas.enum_value  # an enum config value as its string; the one home is foldexp.config
 
 
 def schema_for(target: str) -> type | None:

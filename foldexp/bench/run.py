@@ -24,6 +24,7 @@ from foldexp.bench.grid import Cell, Record
 from foldexp.bench.markdown import render
 from foldexp.bench.results import CSV_NAME, table1_summary, throughput_summary, to_frame
 from foldexp.bench.timing import setup_env
+from foldexp.config import enum_value
 from foldexp.kernels import keep_freed_memory, set_onednn_enabled
 
 __all__ = ["run_bench", "summarize"]
@@ -33,7 +34,7 @@ def _cells(cfg: DictConfig, env: Any, out_dir: Path) -> list[Cell]:
     bench, seed = cfg.bench, int(cfg.seed)
     cells: list[Cell] = []
     for exp in bench.experiments:
-        exp = str(getattr(exp, "value", exp))
+        exp = enum_value(exp)
         if exp == "table1":
             from foldexp.bench.table1 import table1_cells
 
@@ -63,7 +64,7 @@ def run_bench(cfg: DictConfig) -> pd.DataFrame:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-    env = setup_env(str(getattr(cfg.device.name, "value", cfg.device.name)), cfg.device.threads)
+    env = setup_env(enum_value(cfg.device.name), cfg.device.threads)
     set_onednn_enabled(cfg.device.onednn)
     if cfg.device.keep_memory:
         keep_freed_memory()

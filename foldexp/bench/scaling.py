@@ -24,6 +24,7 @@ from foldexp.bench.grid import Cell, Record
 from foldexp.bench.table1_model import PaperTreeModel
 from foldexp.bench.timing import Case, Env, Stopwatch, run_interleaved
 from foldexp.bench.trees import SHAPES, make_trees
+from foldexp.config import enum_value
 
 __all__ = ["scaling_cells", "recursion_limit"]
 
@@ -52,7 +53,7 @@ def scaling_cells(bench: Any, env: Env, seed: int) -> list[Cell]:
     compiler = Compiler(model.block(), merge_duplicates=False)  # as Table 1: every node computed
     cells = []
     for mode in sc.modes:
-        mode = str(getattr(mode, "value", mode))
+        mode = enum_value(mode)
         for shape in sc.shapes:
             for leaves in sc.leaves:
                 run = _runner(model, compiler, bench, env, mode, shape, leaves, seed)

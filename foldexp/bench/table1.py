@@ -31,6 +31,7 @@ from foldexp.bench.grid import Cell, Record
 from foldexp.bench.table1_model import PaperTreeModel, leaf_words
 from foldexp.bench.timing import Case, Env, Stopwatch, repeats_for, run_interleaved
 from foldexp.bench.trees import levels_of, make_tree, make_trees, same_shape_trees
+from foldexp.config import enum_value
 
 __all__ = ["table1_cases", "table1_cells", "COLUMNS"]
 
@@ -116,7 +117,7 @@ def table1_cells(bench: Any, env: Env, seed: int) -> list[Cell]:
     compiler = Compiler(model.block(), merge_duplicates=False)
     cells = []
     for mode in bench.modes:
-        mode = str(getattr(mode, "value", mode))
+        mode = enum_value(mode)
         training = mode == "training"
         sizes = (
             list(bench.train_batch_sizes or bench.batch_sizes) if training else bench.batch_sizes

@@ -79,8 +79,8 @@ from foldexp.blocks._onehot import OneHot, OneHotFromList
 from foldexp.blocks._ops import Op
 from foldexp.blocks._recursion import ForwardDeclaration
 from foldexp.blocks._reductions import Max, Mean, Min, Sum
+from foldexp.blocks._sequence_plumbing import Broadcast, Length, NGrams, Nth, Slice, Zip, ZipWith
 from foldexp.blocks._sequences import RNN, Fold, Map, Reduce
-from foldexp.blocks._sequences_more import Broadcast, Length, NGrams, Nth, Slice, Zip, ZipWith
 from foldexp.blocks._structure import (
     AllOf,
     GetItem,

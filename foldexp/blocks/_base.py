@@ -17,13 +17,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from foldexp.types import (
-    BroadcastSequenceType,
     PyObjectType,
-    SequenceType,
     TensorType,
     TupleType,
     Type,
-    VoidType,
 )
 
 if TYPE_CHECKING:
@@ -249,19 +246,6 @@ class Block:
         return f"{type(self).__name__}({args}{name})"
 
 
-def sequence_item_type(block: Block, input_type: Type, what: str = "a sequence") -> Type:
-    """The element type of a sequence-typed input; a Python object counts as a Python iterable."""
-    if isinstance(input_type, SequenceType):
-        return input_type.item_type
-    if isinstance(input_type, PyObjectType):
-        return PyObjectType()
-    raise TypeError(f"{block!r} expects {what} as input, got {input_type!r}")
-
-
-def is_broadcast(t: Type) -> bool:
-    return isinstance(t, BroadcastSequenceType)
-
-
 class Pipe(Block):
     """``a >> b >> c``: feeds each block's output to the next."""
 
@@ -323,10 +307,6 @@ def convert_to_block(obj: Any) -> Block:
     if callable(obj):
         return Function(obj)
     raise TypeError(f"cannot convert {obj!r} (a {type(obj).__name__}) to a block")
-
-
-def void_or_any(t: Type) -> bool:
-    return isinstance(t, (VoidType, PyObjectType))
 
 
 def tuple_item_types(block: Block, t: Type) -> tuple[Type, ...]:

@@ -32,8 +32,8 @@ from foldexp.blocks._closures import _MAKERS
 from foldexp.blocks._composition import _ITEM, _TUPLE, _WHOLE, Composition
 from foldexp.blocks._fusion import fused_blocks
 from foldexp.blocks._recursion import _ForwardRef
+from foldexp.blocks._sequence_plumbing import ZipWith
 from foldexp.blocks._sequences import RNN, Fold, Map, Reduce, Repeat, as_list
-from foldexp.blocks._sequences_more import ZipWith
 from foldexp.blocks._structure import AllOf, OneOf, Optional, Record
 
 __all__ = ["run_steps"]

@@ -18,10 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from foldexp.blocks._base import Block, InputError
-from foldexp.blocks._closures import trace_fn
-from foldexp.blocks._ops import Op
-from foldexp.blocks._steps import run_steps
+from foldexp.blocks.internal import Block, InputError, Op, run_steps, trace_fn
 from foldexp.compiler.trace import Trace, flatten_output
 from foldexp.types import TensorType, Type
 

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from foldexp.blocks._ops import Op
-from foldexp.blocks._tensors import integer_range
+from foldexp.blocks.internal import integer_range
 from foldexp.compiler.agenda import agenda_levels
+from foldexp.compiler.input_checks import InvalidInput, check_ids, check_range, scalar_array
 from foldexp.compiler.merge import distinct_rows, distinct_scalars
 from foldexp.compiler.trace import Trace
 
@@ -158,52 +158,6 @@ def _stack_payloads(t: TensorType, payloads: list[Any]) -> torch.Tensor:
     return torch.as_tensor(arr, dtype=t.dtype).reshape(len(payloads), *t.shape)
 
 
-class InvalidInput(ValueError):
-    """A batch holds a value no plan can take: an integer outside its dtype, an id outside the
-    table it looks up. Found batch-wide, with numpy; ``Compiler.build`` then traces the batch
-    again through the blocks' own checks to name the input and the path (an ``InputError``)."""
-
-
-def _scalar_array(payloads: list[Any]) -> np.ndarray | None:
-    """Scalar constants as one numpy array (``None`` if numpy cannot make one)."""
-    try:
-        return np.asarray(payloads)
-    except (TypeError, ValueError, RuntimeError):  # e.g. tensors on a GPU
-        return None
-
-
-def _check_range(
-    t: TensorType, values: np.ndarray, payloads: list[Any], limits: tuple[int, int]
-) -> None:
-    """Raises ``InvalidInput`` if an integer constant does not fit ``t``'s integer dtype (torch
-    would fail on it, or wrap it around)."""
-    if values.ndim != 1 or not len(values):
-        return
-    if values.dtype.kind in "iub":
-        low, high = int(values.min()), int(values.max())
-    else:  # numpy fell back to floats or objects: an integer beyond 64 bits, or a mix of signs
-        try:
-            ints = [int(p) for p in payloads]
-        except (TypeError, ValueError, OverflowError):
-            return
-        low, high = min(ints), max(ints)
-    if low < limits[0] or high > limits[1]:
-        bad = low if low < limits[0] else high
-        raise InvalidInput(f"the integer {bad} does not fit {t!r} ({limits[0]} .. {limits[1]})")
-
-
-def _check_ids(op: Op, ids: np.ndarray, row: np.ndarray, values: np.ndarray | None) -> None:
-    """Raises ``InvalidInput`` if an id that ``op`` reads from a constant (a ``Scalar`` of the
-    input, not an op's output) is outside its table: torch would raise a bare ``IndexError``
-    (or assert on a GPU) with nothing to say which input held it."""
-    if values is None:
-        return
-    rows = row[ids]
-    ids = values[rows[rows >= 0]]  # only constants have rows yet (groups are laid out later)
-    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= op.id_limit):  # type: ignore[operator]
-        raise InvalidInput(f"an id outside {op.id_table}: expected 0 <= id < {op.id_limit}")
-
-
 ORDERS = ("depth", "agenda")
 
 
@@ -239,6 +193,24 @@ def _merge_group(
     return np.flatnonzero(keep), slots, repeated
 
 
+@dataclass
+class _Layout:
+    """Where every value lives while a plan is laid out (indexed by value id or type id)."""
+
+    row: np.ndarray  # value id → row in its type's buffer (-1: not placed yet)
+    val_tid: np.ndarray  # value id → tensor type id
+    cursor: list[int] = field(default_factory=list)  # type id → rows used so far
+    constants: list[torch.Tensor | None] = field(default_factory=list)  # type id → stacked rows
+    # Values known to equal another value of the batch: only invocations whose arguments are
+    # all such values can be equal to another invocation (``merge.py``). None: no merging.
+    shared: np.ndarray | None = None
+    # Per integer scalar type: its constant rows' values, for checking ids (``check_ids``).
+    row_values: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+_Bucket = tuple[int, np.ndarray, np.ndarray, np.ndarray]  # op index, first ids, args, selection
+
+
 def schedule(
     trace: Trace | BatchTrace,
     out_vids: np.ndarray,
@@ -254,43 +226,73 @@ def schedule(
     if order not in ORDERS:
         raise ValueError(f"schedule order {order!r}; expected one of {ORDERS}")
     steps = agenda_levels(trace) if order == "agenda" else None
-    row = np.full(trace.num_values, -1, dtype=np.int64)  # value id → row in its type's buffer
-    cursor: list[int] = []
-    val_tid = np.full(trace.num_values, -1, dtype=np.int64)  # value id → tensor type id
-    constants: list[torch.Tensor | None] = []
-    # Values known to equal another value of the batch: only invocations whose arguments are
-    # all such values can be equal to another invocation (``merge.py``).
-    shared = np.zeros(trace.num_values, dtype=bool) if merge is not None and any(merge) else None
-    # Per integer scalar type: its constant rows' values, for checking ids (``_check_ids``).
-    row_values: dict[int, np.ndarray] = {}
+    lay = _Layout(
+        row=np.full(trace.num_values, -1, dtype=np.int64),
+        val_tid=np.full(trace.num_values, -1, dtype=np.int64),
+        shared=np.zeros(trace.num_values, dtype=bool) if merge is not None and any(merge) else None,
+    )
+    _place_constants(trace, lay)  # step 1: constants first in each type's buffer
+    by_depth, out_tids, max_depth = _bucket_by_depth(trace, steps, lay)  # step 2
+    while len(lay.cursor) < len(trace.types):  # types first seen as op outputs
+        lay.cursor.append(0)
+        lay.constants.append(None)
+    groups = [  # steps 3–5: lay out outputs per type, index every argument
+        _lay_out_group(trace, d, bucket, out_tids[bucket[0]], merge, lay)
+        for d in sorted(by_depth)
+        for bucket in by_depth[d]
+    ]
+    outputs, metrics = _outputs_and_metrics(trace, out_vids, lay)
+    return Plan(
+        types=list(trace.types),
+        rows_per_type=lay.cursor,
+        constants=lay.constants,
+        groups=groups,
+        outputs=outputs,
+        metrics=metrics,
+        num_inputs=int(out_vids.shape[0]),
+        max_depth=trace.max_depth if steps is not None else max_depth,
+        op_names=[op.name for op in trace.ops],
+    )
+
+
+def _place_constants(trace: Trace | BatchTrace, lay: _Layout) -> None:
+    """Rows for every constant, per type; equal scalar constants share a row when merging."""
     for tid, t in enumerate(list(trace.types)):
         vids = np.asarray(trace.const_vids[tid], dtype=np.int64)
-        val_tid[vids] = tid
+        lay.val_tid[vids] = tid
         payloads = trace.const_payloads[tid]
         limits = integer_range(t.dtype) if not t.shape and len(vids) else None
-        merging = shared is not None and not t.shape and len(vids) > 1
-        values = _scalar_array(payloads) if limits is not None or merging else None
+        merging = lay.shared is not None and not t.shape and len(vids) > 1
+        values = scalar_array(payloads) if limits is not None or merging else None
         if limits is not None and values is not None:
-            _check_range(t, values, payloads, limits)
+            check_range(t, values, payloads, limits)
         found = distinct_scalars(values) if merging and values is not None else None
         if found is not None:
             distinct, slot, repeated = found
-            row[vids] = slot
-            shared[vids] = repeated  # type: ignore[index]
-            cursor.append(len(distinct))
-            constants.append(torch.as_tensor(distinct).to(t.dtype))
+            lay.row[vids] = slot
+            lay.shared[vids] = repeated  # type: ignore[index]
+            lay.cursor.append(len(distinct))
+            lay.constants.append(torch.as_tensor(distinct).to(t.dtype))
             if limits is not None:
-                row_values[tid] = distinct
+                lay.row_values[tid] = distinct
             continue
-        row[vids] = np.arange(len(vids))
-        cursor.append(len(vids))
-        constants.append(_stack_payloads(t, payloads) if len(vids) else None)
+        lay.row[vids] = np.arange(len(vids))
+        lay.cursor.append(len(vids))
+        lay.constants.append(_stack_payloads(t, payloads) if len(vids) else None)
         if limits is not None and values is not None:
-            row_values[tid] = values
+            lay.row_values[tid] = values
 
-    max_depth = 0  # the deepest invocation (the trace's own ``max_depth`` walks every value)
-    # Step 2: bucket each op's invocations by depth (a stable sort keeps input order inside).
-    by_depth: dict[int, list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = {}
+
+def _bucket_by_depth(
+    trace: Trace | BatchTrace, steps: list[np.ndarray] | None, lay: _Layout
+) -> tuple[dict[int, list[_Bucket]], list[list[int]], int]:
+    """Each op's invocations bucketed by depth (or agenda step), input order kept inside.
+
+    Returns the buckets per depth, each op's output type ids, and the deepest invocation's depth
+    (the trace's own ``max_depth`` walks every value).
+    """
+    max_depth = 0
+    by_depth: dict[int, list[_Bucket]] = {}
     out_tids: list[list[int]] = []
     for i, op in enumerate(trace.ops):
         out_tids.append([trace.type_id(t) for t in op.out_types])
@@ -302,8 +304,9 @@ def schedule(
         first = np.asarray(trace.op_first[i], dtype=np.int64)
         args = np.asarray(trace.op_args[i], dtype=np.int64).reshape(len(depth), len(op.in_types))
         if op.id_limit is not None:
-            _check_ids(op, args[:, 0], row, row_values.get(trace.type_ids.get(op.in_types[0], -1)))
-        order = _stable_order(depth)
+            tid = trace.type_ids.get(op.in_types[0], -1)
+            check_ids(op, args[:, 0], lay.row, lay.row_values.get(tid))
+        order = _stable_order(depth)  # a stable sort keeps input order inside a depth
         sorted_depth = depth[order]
         starts = np.concatenate(([0], np.flatnonzero(np.diff(sorted_depth)) + 1))
         levels = sorted_depth[starts]  # sorted already: no second sort, as np.unique would do
@@ -311,60 +314,60 @@ def schedule(
         for d, s, e in zip(levels.tolist(), starts.tolist(), ends):
             sel = order[s:e]
             by_depth.setdefault(d, []).append((i, first[sel], args[sel], sel))
-    while len(cursor) < len(trace.types):  # types first seen as op outputs
-        cursor.append(0)
-        constants.append(None)
+    return by_depth, out_tids, max_depth
 
-    # Steps 3–5: lay out outputs per type, index every argument.
-    groups: list[Group] = []
-    for d in sorted(by_depth):
-        for i, first, args, _sel in by_depth[d]:
-            op = trace.ops[i]
-            arg_rows = row[args]  # (count, arity)
-            count, slots, merged = len(first), None, 0
-            if shared is not None and merge[i] and count > 1 and args.shape[1]:  # type: ignore[index]
-                found = _merge_group(arg_rows, shared[args].all(axis=1))
-                if found is not None:
-                    kept, slots, repeated = found
-                    merged, count = count - len(kept), len(kept)
-                    arg_rows = arg_rows[kept]
-                    for k in range(len(out_tids[i])):
-                        shared[first[repeated] + k] = True
-            outs = []
-            for k, tid in enumerate(out_tids[i]):
-                start = cursor[tid]
-                row[first + k] = start + (np.arange(count) if slots is None else slots)
-                val_tid[first + k] = tid
-                cursor[tid] = start + count
-                outs.append((tid, start, start + count))
-            arg_tids = val_tid[args[0]] if len(args) else []
-            gathers = []
-            for tid in dict.fromkeys(int(t) for t in arg_tids):
-                positions = [a for a in range(len(op.in_types)) if arg_tids[a] == tid]
-                rows = arg_rows[:, positions].T.reshape(-1)
-                gathers.append(Gather(tid, _as_index(rows), positions))
-            groups.append(Group(i, d, count, gathers, outs, merged))
 
+def _lay_out_group(
+    trace: Trace | BatchTrace,
+    depth: int,
+    bucket: _Bucket,
+    out_tids: list[int],
+    merge: Sequence[bool] | None,
+    lay: _Layout,
+) -> Group:
+    """One (depth, op) group: merges equal invocations, places its outputs, indexes its args."""
+    i, first, args, _sel = bucket
+    op = trace.ops[i]
+    arg_rows = lay.row[args]  # (count, arity)
+    count, slots, merged = len(first), None, 0
+    if lay.shared is not None and merge[i] and count > 1 and args.shape[1]:  # type: ignore[index]
+        found = _merge_group(arg_rows, lay.shared[args].all(axis=1))
+        if found is not None:
+            kept, slots, repeated = found
+            merged, count = count - len(kept), len(kept)
+            arg_rows = arg_rows[kept]
+            for k in range(len(out_tids)):
+                lay.shared[first[repeated] + k] = True
+    outs = []
+    for k, tid in enumerate(out_tids):
+        start = lay.cursor[tid]
+        lay.row[first + k] = start + (np.arange(count) if slots is None else slots)
+        lay.val_tid[first + k] = tid
+        lay.cursor[tid] = start + count
+        outs.append((tid, start, start + count))
+    arg_tids = lay.val_tid[args[0]] if len(args) else []
+    gathers = []
+    for tid in dict.fromkeys(int(t) for t in arg_tids):
+        positions = [a for a in range(len(op.in_types)) if arg_tids[a] == tid]
+        rows = arg_rows[:, positions].T.reshape(-1)
+        gathers.append(Gather(tid, _as_index(rows), positions))
+    return Group(i, depth, count, gathers, outs, merged)
+
+
+def _outputs_and_metrics(
+    trace: Trace | BatchTrace, out_vids: np.ndarray, lay: _Layout
+) -> tuple[list[tuple[int, Index]], dict[str, tuple[int, Index, torch.Tensor]]]:
+    """Where each output column and each metric's values lie, as (type id, rows)."""
     outputs = []
     for c in range(out_vids.shape[1]):
         vids = out_vids[:, c]
-        outputs.append((int(val_tid[vids[0]]), _as_index(row[vids])))
+        outputs.append((int(lay.val_tid[vids[0]]), _as_index(lay.row[vids])))
     metrics = {}
     for name, (inputs, vids_list) in trace.metrics.items():
         vids = np.asarray(vids_list, dtype=np.int64)
         metrics[name] = (
-            int(val_tid[vids[0]]),
-            _as_index(row[vids]),
+            int(lay.val_tid[vids[0]]),
+            _as_index(lay.row[vids]),
             torch.as_tensor(inputs, dtype=torch.int64),
         )
-    return Plan(
-        types=list(trace.types),
-        rows_per_type=cursor,
-        constants=constants,
-        groups=groups,
-        outputs=outputs,
-        metrics=metrics,
-        num_inputs=int(out_vids.shape[0]),
-        max_depth=trace.max_depth if steps is not None else max_depth,
-        op_names=[op.name for op in trace.ops],
-    )
+    return outputs, metrics

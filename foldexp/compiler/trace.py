@@ -22,10 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from foldexp.blocks._base import Block, InputError
-from foldexp.blocks._closures import trace_fn
-from foldexp.blocks._ops import Op, structure_flattener
-from foldexp.blocks._steps import run_steps
+from foldexp.blocks.internal import Block, InputError, Op, run_steps, structure_flattener, trace_fn
 from foldexp.types import TensorType, Type, VoidType
 
 __all__ = ["Trace", "trace_batch", "flatten_output", "locate_input_error"]

@@ -15,9 +15,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from foldexp.blocks._base import Block, InputError, Pipe, convert_to_block
-from foldexp.blocks._fusion import FusedOps, fused_blocks
-from foldexp.blocks._ops import Op, structure_builder
+from foldexp.blocks.internal import (
+    Block,
+    FusedOps,
+    InputError,
+    Op,
+    Pipe,
+    convert_to_block,
+    fused_blocks,
+    structure_builder,
+)
 from foldexp.compiler.cache import TraceCache
 from foldexp.compiler.schedule import ORDERS, InvalidInput, Plan, schedule
 from foldexp.compiler.trace import locate_input_error, trace_batch

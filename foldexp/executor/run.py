@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from foldexp.blocks._ops import Op
+from foldexp.blocks.internal import Op
 from foldexp.compiler.schedule import Group, Index, Plan
 from foldexp.kernels import routed_linears
 

@@ -44,7 +44,6 @@ def attention_network(
     input_size: int = 2, hidden_size: int = 100, score: str = "tanh", dropout: float = 0.0
 ) -> fb.Block:
     """A sequence of ``input_size``-vectors (or an object with ``.inputs``) → one prediction."""
-    score = str(getattr(score, "value", score))
     if score not in ("tanh", "linear"):
         raise ValueError(f"score must be 'tanh' or 'linear', got {score!r}")
     a = (

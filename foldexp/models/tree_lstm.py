@@ -216,7 +216,7 @@ class TreeLSTMClassifier(nn.Module):
             emb["weight_decay"] = self.embedding_weight_decay
         if self.embedding_optimizer:
             opt = self.embedding_optimizer
-            emb["optimizer"] = str(getattr(opt, "value", opt))  # see foldexp.train.optim
+            emb["optimizer"] = opt  # a plain string (train.build converts enums); see train.optim
         return [{"params": rest}, emb]
 
     def collate(self, trees: list[Any]) -> TreeBatch:

@@ -109,7 +109,6 @@ def weave_network(
     """A molecule → ``num_targets`` predictions: stacked weave layers, per-atom FC, pooling, MLP."""
     if layers < 1:
         raise ValueError(f"a weave network needs at least one layer, got layers={layers}")
-    pool = str(getattr(pool, "value", pool))
     if pool not in ("sum", "mean"):
         raise ValueError(f"pool must be 'sum' or 'mean', got {pool!r}")
     net = molecule_input(atom_features, pair_features)
@@ -177,7 +176,6 @@ class WeaveModel(nn.Module):
         pos_weight: Sequence[float] | None = None,
     ) -> None:
         super().__init__()
-        task = str(getattr(task, "value", task))
         if task not in TASKS:
             raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
         self.task = task

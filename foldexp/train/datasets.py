@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from foldexp.config import enum_value
 from foldexp.data.calculator import OPERATORS, calculator_splits
 from foldexp.data.errors import DatasetNotFoundError
 from foldexp.data.sst import SST_SPLITS, sst_path
@@ -215,7 +216,7 @@ def marked_sequences(
     """
     from foldexp.data.sequences import addition_problem, multiplication_problem
 
-    problem = str(getattr(problem, "value", problem))
+    problem = enum_value(problem)
     makers = {"addition": addition_problem, "multiplication": multiplication_problem}
     if problem not in makers:
         raise ValueError(f"unknown problem {problem!r}; expected one of {sorted(makers)}")

@@ -34,6 +34,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from foldexp.config import enum_value
 from foldexp.kernels import keep_freed_memory, set_onednn_enabled
 from foldexp.train import distributed as dd
 from foldexp.train.artifacts import plot_curves, read_verified_json, write_json, write_metrics_csv
@@ -62,7 +63,7 @@ class TrainingDiverged(RuntimeError):
 
 def resolve_device(name: str) -> torch.device:
     """``cpu`` | ``cuda`` | ``auto`` → a device; ``cuda`` without a GPU fails at once."""
-    name = str(getattr(name, "value", name))
+    name = enum_value(name)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from foldexp.config import enum_value
 from foldexp.data.errors import MoleculeError
 from foldexp.data.molecules import (
     FETCHABLE,
@@ -45,11 +46,6 @@ log = logging.getLogger(__name__)
 
 _SPLITS = ("train", "dev", "test")
 _SHOW_BAD_LABELS = 3  # rows named when classification labels are not 0/1
-
-
-def _choice(value: Any) -> str:
-    """An enum config value (OmegaConf keeps enum members) as its string."""
-    return str(getattr(value, "value", value))
 
 
 def _unset(value: Any) -> bool:
@@ -227,7 +223,7 @@ def molecules_csv(
     ``target_mean`` / ``target_std`` (regression: over the labelled training entries; 0 / 1 for
     classification) and ``pos_weight`` (classification with ``balance``, else ``None``).
     """
-    task, on_invalid, split = _choice(task), _choice(on_invalid), _choice(split)
+    task, on_invalid, split = enum_value(task), enum_value(on_invalid), enum_value(split)
     fractions = tuple(float(f) for f in fractions)
     _check_keys(path, targets, task, on_invalid, split, split_column, fractions)
     targets = [str(t) for t in targets]

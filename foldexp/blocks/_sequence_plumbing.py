@@ -1,4 +1,4 @@
-"""More sequence plumbing: ``Broadcast``, ``Zip``, ``ZipWith``, ``NGrams``, ``Nth``, ``Length``
+"""Sequence plumbing: ``Broadcast``, ``Zip``, ``ZipWith``, ``NGrams``, ``Nth``, ``Length``
 and ``Slice``.
 
 None of these emits a tensor operation (``Length`` emits a constant): they rearrange Python

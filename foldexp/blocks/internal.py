@@ -1,0 +1,39 @@
+"""What the compiler and the executor use from the blocks' implementation — no stability promise.
+
+``foldexp.blocks`` is the public surface for building models. The compiler (``foldexp.compiler``)
+and the executor (``foldexp.executor``) also need a few pieces that a model author never touches:
+how a block is traced into tensor operations, what an operation is, and how a pipe of operations
+fuses into one. They import those from here, and only from here, so the dependency of the upper
+layers on the blocks' internals is one explicit list instead of imports of underscored modules.
+
+Like equinox's ``internal``, these names may change between versions without notice; code
+outside foldexp should not rely on them.
+"""
+
+from __future__ import annotations
+
+from foldexp.blocks._base import Block, InputError, Pipe, convert_to_block
+from foldexp.blocks._closures import trace_fn
+from foldexp.blocks._fusion import FusedOps, fused_blocks
+from foldexp.blocks._ops import Op, structure_builder, structure_flattener
+from foldexp.blocks._steps import run_steps
+from foldexp.blocks._tensors import integer_range
+
+__all__ = [
+    # the block and its errors (also public in foldexp.blocks)
+    "Block",
+    "InputError",
+    "Pipe",
+    "convert_to_block",
+    # tracing: a block over one input → the tensor operations it emits
+    "trace_fn",  # the block tree as nested closures, traced once per block (the fast path)
+    "run_steps",  # the same trace on an explicit stack, for trees too deep for Python's stack
+    # operations: what the schedule groups and the executor calls in batch
+    "Op",
+    "structure_flattener",  # a structured value → its flat list of tensors
+    "structure_builder",  # a flat list of tensors → the structured value
+    "integer_range",  # the values an integer dtype holds (None for floats)
+    # fusion: a run of operation blocks in a pipe becomes one operation
+    "FusedOps",
+    "fused_blocks",
+]

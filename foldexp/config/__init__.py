@@ -1,0 +1,110 @@
+"""Config schemas: dataclasses registered in Hydra's ConfigStore, the one home of every default.
+
+Every YAML file under ``foldexp/conf`` starts from one of these schemas (its defaults list names
+``<group>/<name>_schema``) and holds ``_target_`` and only what differs from it, so an unknown
+key, a wrong type or a value outside an enum fails when Hydra composes the config — before any
+data is loaded or any model is built. The modules mirror the config groups:
+
+- ``run``: ``device``, ``paths``, ``trainer``, ``optimizer``, ``logger`` and ``TrainConfig``;
+- ``dataset``: one schema per dataset builder; ``model``: one per model class;
+- ``fields``: valid ranges of numeric settings, and ``enum_value`` (a choice as a plain string);
+- ``store``: ``register_configs``, which puts them in the ConfigStore.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from foldexp.config.dataset import (
+    CalculatorDataConfig,
+    MarkedProblem,
+    MarkedSequencesDataConfig,
+    MoleculeDataConfig,
+    MoleculeSplit,
+    MoleculeTask,
+    NodeLabels,
+    OnInvalid,
+    SSTDataConfig,
+    SSTSentencesDataConfig,
+    SSTView,
+    TextCSVDataConfig,
+    TextSplit,
+    Tokenizer,
+    TreeSplit,
+    TreesPTBDataConfig,
+)
+from foldexp.config.fields import Range, enum_value, non_negative, positive, probability, ranged
+from foldexp.config.model import (
+    AttentionModelConfig,
+    AttentionScore,
+    ChildSumTreeLSTMModelConfig,
+    EmbeddingOptimizer,
+    Pooling,
+    SequenceLSTMModelConfig,
+    TreeLSTMModelConfig,
+    WeaveModelConfig,
+)
+from foldexp.config.run import (
+    Balance,
+    CsvLoggerConfig,
+    DeviceConfig,
+    DeviceName,
+    LoggerConfig,
+    OptimizerConfig,
+    PathsConfig,
+    SelectMode,
+    Strategy,
+    TensorBoardLoggerConfig,
+    TrainConfig,
+    TrainerConfig,
+)
+from foldexp.config.store import register_configs
+
+CONF_DIR = str(Path(__file__).parent.parent / "conf")  # foldexp/conf: the YAML config groups
+
+__all__ = [
+    "CONF_DIR",
+    "AttentionModelConfig",
+    "AttentionScore",
+    "Balance",
+    "CalculatorDataConfig",
+    "ChildSumTreeLSTMModelConfig",
+    "CsvLoggerConfig",
+    "DeviceConfig",
+    "DeviceName",
+    "EmbeddingOptimizer",
+    "LoggerConfig",
+    "MarkedProblem",
+    "MarkedSequencesDataConfig",
+    "MoleculeDataConfig",
+    "MoleculeSplit",
+    "MoleculeTask",
+    "NodeLabels",
+    "OnInvalid",
+    "OptimizerConfig",
+    "PathsConfig",
+    "Pooling",
+    "Range",
+    "SSTDataConfig",
+    "SSTSentencesDataConfig",
+    "SSTView",
+    "SelectMode",
+    "SequenceLSTMModelConfig",
+    "Strategy",
+    "TensorBoardLoggerConfig",
+    "TextCSVDataConfig",
+    "TextSplit",
+    "Tokenizer",
+    "TrainConfig",
+    "TrainerConfig",
+    "TreeLSTMModelConfig",
+    "TreeSplit",
+    "TreesPTBDataConfig",
+    "WeaveModelConfig",
+    "enum_value",
+    "non_negative",
+    "positive",
+    "probability",
+    "ranged",
+    "register_configs",
+]

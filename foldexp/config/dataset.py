@@ -1,0 +1,239 @@
+"""Schemas of the ``dataset`` group (``foldexp/conf/dataset/``): one per dataset builder.
+
+Every default lives here, once; ``conf/dataset/<name>.yaml`` names its schema and holds
+``_target_`` and what differs (ESOL and FreeSolv are presets of ``molecules_csv``, SST of
+the SST builder, addition and multiplication of ``marked_sequences``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from omegaconf import MISSING
+
+from foldexp.config.fields import non_negative, positive, ranged
+
+__all__ = [
+    "CalculatorDataConfig",
+    "MarkedProblem",
+    "MarkedSequencesDataConfig",
+    "MoleculeDataConfig",
+    "MoleculeSplit",
+    "MoleculeTask",
+    "NodeLabels",
+    "OnInvalid",
+    "SSTDataConfig",
+    "SSTSentencesDataConfig",
+    "SSTView",
+    "TextCSVDataConfig",
+    "TextSplit",
+    "Tokenizer",
+    "TreeSplit",
+    "TreesPTBDataConfig",
+]
+
+
+class SSTView(str, Enum):
+    fine = "fine"
+    binary = "binary"
+
+
+class NodeLabels(str, Enum):
+    all = "all"
+    root = "root"
+
+
+class MoleculeTask(str, Enum):
+    regression = "regression"
+    classification = "classification"
+
+
+class OnInvalid(str, Enum):
+    error = "error"
+    skip = "skip"
+
+
+class MoleculeSplit(str, Enum):
+    random = "random"
+    scaffold = "scaffold"
+    column = "column"
+
+
+class MarkedProblem(str, Enum):
+    addition = "addition"
+    multiplication = "multiplication"
+
+
+class TreeSplit(str, Enum):
+    files = "files"  # dataset.path is a folder with train/dev/test files
+    random = "random"  # dataset.path is one file, split by dataset.fractions and dataset.seed
+
+
+class TextSplit(str, Enum):
+    random = "random"
+    column = "column"
+
+
+class Tokenizer(str, Enum):
+    whitespace = "whitespace"
+    chars = "chars"
+
+
+@dataclass
+class CalculatorDataConfig:
+    # builder returning train/dev/test and model sizes
+    _target_: str = "foldexp.train.datasets.calculator"
+    name: str = "calculator"  # shown in results
+    n: int = ranged(3000, ge=3)  # distinct expressions in all, split 80/10/10
+    max_depth: int = positive(3)  # deepest operator nesting (edges from root to leaf)
+    n_classes: int = ranged(10, ge=2)  # label = value mod n_classes, on every node
+    # chance that a non-root node above max_depth is a digit
+    leaf_prob: float = ranged(0.3, ge=0, le=1)
+    seed: int = non_negative(0)  # generation seed (independent of the training seed)
+
+
+@dataclass
+class SSTDataConfig:
+    _target_: str = "foldexp.train.datasets.sst"  # builder returning train/dev/test and model sizes
+    name: str = "sst"  # shown in results
+    data_dir: str = "${paths.data_dir}"  # folder holding sst/train.txt, dev.txt, test.txt
+    view: SSTView = SSTView.fine  # fine (5 classes) | binary (neutral roots dropped)
+    labels: NodeLabels = NodeLabels.all  # all (loss on every node) | root (sentence label only)
+    lowercase: bool = False  # lower-case words for the vocabulary and lookups
+    min_count: int = positive(1)  # words rarer than this in train map to the unknown token
+    # GloVe text file (.txt or .gz) to initialise embeddings, or null
+    word_vectors: str | None = None
+    # with word_vectors: dev/test words that have a vector get their own row
+    vector_vocab: bool = False
+    # binary view: neutral phrases train a third class, never predicted (Tai et al.);
+    # fine view: no effect
+    neutral_nodes: bool = False
+    # use only the first N trees of each split (0 = all); for quick runs
+    limit: int = non_negative(0)
+
+
+@dataclass
+class SSTSentencesDataConfig:
+    # builder returning train/dev/test and model sizes
+    _target_: str = "foldexp.train.datasets.sst_sentences"
+    name: str = "sst_sentences"  # shown in results
+    data_dir: str = "${paths.data_dir}"  # folder holding sst/train.txt, dev.txt, test.txt
+    view: SSTView = SSTView.fine  # fine (5 classes) | binary (neutral-root sentences dropped)
+    lowercase: bool = False  # lower-case words for the vocabulary and lookups
+    min_count: int = positive(1)  # words rarer than this in train map to the unknown token
+    # GloVe text file (.txt or .gz) to initialise embeddings, or null
+    word_vectors: str | None = None
+    # use only the first N sentences of each split (0 = all); for quick runs
+    limit: int = non_negative(0)
+
+
+@dataclass
+class MoleculeDataConfig:
+    """``molecules_csv``: any molecule CSV (ESOL and FreeSolv are presets of it)."""
+
+    # builder: read, featurise (RDKit, cached), split
+    _target_: str = "foldexp.train.molecule_data.molecules_csv"
+    name: str = "molecules_csv"  # shown in results
+    path: str = MISSING  # the CSV or CSV.gz file (comma, tab or semicolon separated; UTF-8)
+    smiles_column: str = "smiles"  # the column holding SMILES
+    targets: list[str] = MISSING  # [T1, T2, ...]: one column per target; empty, nan or NA = missing
+    # regression (RMSE, MAE) | classification (0/1 labels; ROC AUC, PRC AUC)
+    task: MoleculeTask = MoleculeTask.regression
+    # error | skip: a SMILES RDKit cannot read stops the run, or is left out with a warning
+    on_invalid: OnInvalid = OnInvalid.error
+    # random (seeded) | scaffold (Bemis-Murcko groups; seed unused) | column
+    split: MoleculeSplit = MoleculeSplit.random
+    # split=column: the column saying train, valid (or dev) or test on each row
+    split_column: str | None = None
+    # train / dev / test shares (split=column with train/test only: dev's share of train)
+    fractions: list[float] = ranged([0.8, 0.1, 0.1], ge=0, le=1)
+    seed: int = non_negative(0)  # split seed (the YAML passes the run seed: sweeps vary the split)
+    limit: int = non_negative(0)  # use only the first N molecules (0 = all); for quick runs
+    # featurisation cache (null = featurise on every run)
+    cache_dir: str | None = "${paths.cache_dir}"
+    # classification: weight each task's positives by its negatives / positives on train
+    balance: bool = False
+
+
+@dataclass
+class MarkedSequencesDataConfig:
+    _target_: str = "foldexp.train.datasets.marked_sequences"  # builder generating the three splits
+    name: str = "addition"  # shown in results
+    problem: MarkedProblem = MarkedProblem.addition  # addition | multiplication
+    n_train: int = positive(10000)  # training sequences
+    n_dev: int = positive(1000)  # dev sequences (model selection)
+    n_test: int = positive(1000)  # test sequences
+    min_len: int = ranged(50, ge=2)  # two marked values at least
+    # longest (lengths uniform in [min_len, max_len]; the paper goes to 1000)
+    max_len: int = ranged(100, ge=2)
+    seed: int = non_negative(0)  # generation seed (independent of the training seed)
+
+
+@dataclass
+class TreesPTBDataConfig:
+    """``trees_ptb``: PTB-format trees with integer labels (``foldexp.train.tree_data``)."""
+
+    # builder returning train/dev/test and model sizes
+    _target_: str = "foldexp.train.tree_data.trees_ptb"
+    name: str = "trees_ptb"  # shown in results
+    path: str = MISSING  # a folder holding the three files, or one tree file (split=random)
+    train_file: str = "train.txt"  # split=files: the files' names inside path (or absolute paths)
+    dev_file: str = "dev.txt"
+    test_file: str = "test.txt"
+    # files (path is a folder) | random (path is one file, cut by fractions)
+    split: TreeSplit = TreeSplit.files
+    # split=random: train / dev / test shares
+    fractions: list[float] = ranged([0.8, 0.1, 0.1], ge=0, le=1)
+    seed: int = non_negative(0)  # split=random: the split's seed (the YAML passes the run seed)
+    # classes 0..K-1 (null: the largest training label + 1)
+    num_classes: int | None = ranged(None, ge=2, none_ok=True)
+    # [class of file label 0, of label 1, ...]; -1 = no label (e.g. SST binary: [0,0,-1,1,1])
+    label_map: list[int] | None = ranged(None, ge=-1, none_ok=True)
+    # drop trees whose root has no label, or one of a class never predicted
+    drop_unscored_roots: bool = False
+    # predict and score only the first N classes; the rest train only (null: all)
+    predict_classes: int | None = ranged(None, ge=2, none_ok=True)
+    # [[negative classes], [positive classes]]: adds binary_accuracy (e.g. [[0,1],[3,4]])
+    polarity: list[list[int]] | None = ranged(None, ge=0, none_ok=True)
+    class_names: list[str] | None = None  # one name per class, for predictions (null: 0, 1, ...)
+    # all (loss on every labelled node) | root (the root's label only)
+    labels: NodeLabels = NodeLabels.all
+    # merge each node of one child into it, keeping the upper label (the binary model needs
+    # 0 or 2 children)
+    collapse_unary: bool = False
+    lowercase: bool = False  # lower-case words for the vocabulary and lookups
+    min_count: int = positive(1)  # words rarer than this in train map to the unknown token
+    # GloVe text file (.txt or .gz) to initialise embeddings, or null
+    word_vectors: str | None = None
+    # with word_vectors: dev/test words that have a vector get their own row
+    vector_vocab: bool = False
+    # use only the first N trees of each split (0 = all); for quick runs
+    limit: int = non_negative(0)
+
+
+@dataclass
+class TextCSVDataConfig:
+    """``text_csv``: sentence classification from a CSV (``foldexp.train.text_data``)."""
+
+    # builder returning train/dev/test and model sizes
+    _target_: str = "foldexp.train.text_data.text_csv"
+    name: str = "text_csv"  # shown in results
+    path: str = MISSING  # the CSV or CSV.gz file (UTF-8, a header row)
+    text_column: str = "text"  # the column holding each sentence
+    label_column: str = "label"  # its class: integers 0..K-1, or names (class ids in sorted order)
+    tokenizer: Tokenizer = Tokenizer.whitespace  # whitespace (words) | chars (characters)
+    lowercase: bool = False  # lower-case the texts
+    min_count: int = positive(1)  # words rarer than this in train map to the unknown token
+    # GloVe text file (.txt or .gz) to initialise embeddings, or null
+    word_vectors: str | None = None
+    # random (fractions, seed) | column (split_column says train / valid|dev / test)
+    split: TextSplit = TextSplit.random
+    split_column: str = "split"  # split=column: train / valid or dev / test per row
+    # split=random: train / dev / test shares
+    fractions: list[float] = ranged([0.8, 0.1, 0.1], ge=0, le=1)
+    seed: int = non_negative(0)  # split=random: the split's seed (the YAML passes the run seed)
+    # error | skip: a row with an empty text or a missing label (skip warns, naming the first rows)
+    on_invalid: OnInvalid = OnInvalid.error
+    # use only the first N examples of each split (0 = all); for quick runs
+    limit: int = non_negative(0)

@@ -1,0 +1,125 @@
+"""Schemas of the ``model`` group (``foldexp/conf/model/``): one per model class.
+
+Every default lives here, once; ``conf/model/<name>.yaml`` names its schema and holds
+``_target_`` and what differs. A model of one's own (``model=custom``) has no schema: its
+constructor's signature is checked instead (``foldexp.validate``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from foldexp.config.fields import non_negative, positive, probability, ranged
+
+__all__ = [
+    "AttentionModelConfig",
+    "AttentionScore",
+    "ChildSumTreeLSTMModelConfig",
+    "EmbeddingOptimizer",
+    "Pooling",
+    "SequenceLSTMModelConfig",
+    "TreeLSTMModelConfig",
+    "WeaveModelConfig",
+]
+
+
+class EmbeddingOptimizer(str, Enum):
+    sgd = "sgd"
+
+
+class Pooling(str, Enum):
+    sum = "sum"
+    mean = "mean"
+
+
+class AttentionScore(str, Enum):
+    tanh = "tanh"
+    linear = "linear"
+
+
+@dataclass
+class TreeLSTMModelConfig:
+    _target_: str = "foldexp.models.tree_lstm.TreeLSTMClassifier"  # the model class
+    name: str = "tree_lstm"  # shown in results
+    embed_size: int = positive(64)  # word embedding size (overridden by pretrained vectors' size)
+    hidden_size: int = positive(64)  # Tree-LSTM state size
+    # dropout on embeddings and on the states fed to the classifier
+    dropout: float = probability(0.0)
+    # dropout on embeddings instead (null: dropout)
+    embedding_dropout: float | None = probability(None, none_ok=True)
+    freeze_embeddings: bool = False  # keep pretrained embeddings fixed
+    node_loss: bool = True  # loss on every labelled node (false: root only)
+    # learning rate of the word table (null: optimizer.lr)
+    embedding_lr: float | None = ranged(None, gt=0, none_ok=True)
+    # weight decay of the word table (null: the optimizer's)
+    embedding_weight_decay: float | None = ranged(None, ge=0, none_ok=True)
+    # sgd: plain SGD for the word table at embedding_lr (Tai et al.); null: the main optimizer
+    embedding_optimizer: EmbeddingOptimizer | None = None
+    # dropout on each cell's candidate update tanh(u) (Semeniuta et al. 2016; Fold paper §3.5.1)
+    recurrent_dropout: float = probability(0.0)
+    forget_bias: float = 0.0  # initial bias of the forget gates of internal nodes
+    # [DIR, ...]: run/sweep folders whose models' averaged node probabilities are soft
+    # targets (distillation)
+    teacher: list[str] | None = None
+    # with a teacher: the soft targets' share of the training loss
+    distill_weight: float = ranged(0.5, ge=0, le=1)
+
+
+@dataclass
+class ChildSumTreeLSTMModelConfig:
+    _target_: str = "foldexp.models.child_sum.ChildSumTreeLSTMClassifier"  # the model class
+    name: str = "child_sum_tree_lstm"  # shown in results
+    embed_size: int = positive(64)  # word embedding size (overridden by pretrained vectors' size)
+    hidden_size: int = positive(64)  # Tree-LSTM state size
+    # dropout on embeddings and on the states fed to the classifier
+    dropout: float = probability(0.0)
+    # dropout on embeddings instead (null: dropout)
+    embedding_dropout: float | None = probability(None, none_ok=True)
+    freeze_embeddings: bool = False  # keep pretrained embeddings fixed
+    node_loss: bool = True  # loss on every labelled node (false: root only)
+    # learning rate of the word table (null: optimizer.lr)
+    embedding_lr: float | None = ranged(None, gt=0, none_ok=True)
+    # weight decay of the word table (null: the optimizer's)
+    embedding_weight_decay: float | None = ranged(None, ge=0, none_ok=True)
+    # sgd: plain SGD for the word table at embedding_lr; null: the main optimizer
+    embedding_optimizer: EmbeddingOptimizer | None = None
+    # dropout on each cell's candidate update tanh(u) (Semeniuta et al. 2016)
+    recurrent_dropout: float = probability(0.0)
+    forget_bias: float = 0.0  # any real number is a valid initial bias (as tree_lstm's)
+
+
+@dataclass
+class SequenceLSTMModelConfig:
+    _target_: str = "foldexp.models.sequence.SequenceLSTMClassifier"  # the model class
+    name: str = "seq_lstm"  # shown in results
+    embed_size: int = positive(64)  # word embedding size (overridden by pretrained vectors' size)
+    hidden_size: int = positive(64)  # LSTM state size
+    # dropout on embeddings and on the final state fed to the classifier
+    dropout: float = probability(0.0)
+    freeze_embeddings: bool = False  # keep pretrained embeddings fixed
+
+
+@dataclass
+class WeaveModelConfig:
+    # the model class (regression or classification: the dataset says)
+    _target_: str = "foldexp.models.weave.WeaveModel"
+    name: str = "weave"  # shown in results
+    layers: int = positive(2)  # stacked weave modules (the last updates atoms only)
+    atom_size: int = positive(50)  # atom state size of every weave module
+    pair_size: int = positive(50)  # pair state size of every weave module
+    graph_size: int = positive(128)  # per-atom FC (tanh) width before pooling
+    mlp_size: int = positive(128)  # hidden width of the read-out MLP after pooling
+    pool: Pooling = Pooling.sum  # sum | mean over a molecule's atoms
+    dropout: float = probability(0.0)  # dropout on the pooled vector and the MLP's hidden layer
+
+
+@dataclass
+class AttentionModelConfig:
+    _target_: str = "foldexp.models.attention.AttentionRegressor"  # the model class
+    name: str = "ff_attention"  # shown in results
+    hidden_size: int = positive(100)  # FC width before and after the attention
+    # tanh (Raffel & Ellis's a(h)) | linear (unbounded, clamped) scores
+    score: AttentionScore = AttentionScore.tanh
+    dropout: float = probability(0.0)  # dropout on the attention's output
+    tolerance: float = positive(0.04)  # a prediction this close to the target counts as correct

@@ -1,0 +1,143 @@
+"""Schemas of a run's own settings: the groups ``device``, ``paths``, ``trainer``, ``optimizer``
+and ``logger`` (``foldexp/conf/<group>/``), and ``TrainConfig``, the whole training config.
+
+Every default lives here, once; a YAML file under ``foldexp/conf`` names its schema in its
+defaults list and holds only what differs from it. ``foldexp train --cfg job`` prints the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from omegaconf import MISSING
+
+from foldexp.config.fields import non_negative, positive, probability
+
+__all__ = [
+    "Balance",
+    "CsvLoggerConfig",
+    "DeviceConfig",
+    "DeviceName",
+    "LoggerConfig",
+    "OptimizerConfig",
+    "PathsConfig",
+    "SelectMode",
+    "Strategy",
+    "TensorBoardLoggerConfig",
+    "TrainConfig",
+    "TrainerConfig",
+]
+
+
+class DeviceName(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+    auto = "auto"
+
+
+class SelectMode(str, Enum):
+    max = "max"
+    min = "min"
+
+
+class Strategy(str, Enum):
+    single = "single"
+    ddp = "ddp"
+
+
+class Balance(str, Enum):
+    nodes = "nodes"
+    examples = "examples"
+
+
+@dataclass
+class DeviceConfig:
+    name: DeviceName = DeviceName.cpu  # cpu | cuda | auto
+    threads: int = non_negative(2)  # torch intra-op threads (0 = torch's default)
+    # CPU float32 dense layers through oneDNN (foldexp/kernels/dense.py): null = where it pays
+    # (not on Intel CPUs, whose MKL is faster); true / false force it
+    onednn: bool | None = None
+    # glibc keeps freed memory for reuse: no page faults on each step's big tensors
+    keep_memory: bool = True
+
+
+@dataclass
+class PathsConfig:
+    data_dir: str = MISSING  # datasets (FOLDEXP_DATA wins)
+    output_dir: str = MISSING  # this run's folder
+    cache_dir: str = MISSING  # featurisation caches
+
+
+@dataclass
+class TrainerConfig:
+    epochs: int = positive(10)  # passes over the training set
+    batch_size: int = positive(25)  # inputs per optimizer step
+    eval_batch_size: int = positive(256)  # inputs per evaluation batch
+    max_steps: int = non_negative(0)  # stop after this many optimizer steps in all (0 = no limit)
+    # use at most this many batches per epoch and evaluation (0 = all)
+    limit_batches: int = non_negative(0)
+    # stop after this many epochs without a better dev score (0 = never)
+    patience: int = non_negative(0)
+    select_metric: str = "dev_accuracy"  # the metrics.csv column that picks the best checkpoint
+    select_mode: SelectMode = SelectMode.max  # max | min: whether larger select_metric is better
+    # also checkpoint every N steps inside an epoch (0 = epoch ends only)
+    checkpoint_every: int = non_negative(0)
+    resume: bool = False  # continue from <run dir>/checkpoints/last.pt if it exists
+    overwrite: bool = False  # replace a run already in the run dir (else such a folder is refused)
+    # DataLoader workers building batch schedules alongside training
+    num_workers: int = non_negative(0)
+    grad_clip: float = non_negative(0.0)  # clip the gradient norm to this value (0 = off)
+    # evaluate and keep an average of the weights, avg <- d*avg + (1-d)*w per step (0 = off)
+    ema_decay: float = probability(0.0)
+    progress: bool = True  # tqdm progress bars (silenced automatically when not a terminal)
+    plots: bool = True  # learning-curve PNGs drawn from metrics.csv
+    # single | ddp: DistributedDataParallel (gloo on CPU, nccl on CUDA)
+    strategy: Strategy = Strategy.single
+    # ddp: local processes to spawn (ignored under torchrun, which sets them)
+    processes: int = positive(1)
+    # ddp: split each batch across ranks by nodes (tree size) | examples
+    balance: Balance = Balance.nodes
+    # ddp: a batch may skip a branch (e.g. no internal tree node)
+    find_unused_parameters: bool = True
+    # a progress line this often inside an epoch when stderr is not a terminal (0 = off)
+    log_every_s: float = non_negative(30.0)
+
+
+@dataclass
+class OptimizerConfig:
+    _target_: str = MISSING  # optimizer class
+    _partial_: bool = True  # parameters are supplied by the trainer
+    lr: float = positive(0.001)  # learning rate
+    weight_decay: float = non_negative(0.0)  # L2 penalty
+
+
+@dataclass
+class CsvLoggerConfig:
+    """``metrics.csv`` and its plots; no options of its own (``trainer.plots`` draws)."""
+
+
+@dataclass
+class TensorBoardLoggerConfig:
+    # the training loss every N optimizer steps; every epoch's metrics
+    log_every_n_steps: int = positive(10)
+
+
+@dataclass
+class LoggerConfig:
+    csv: CsvLoggerConfig | None = None
+    tensorboard: TensorBoardLoggerConfig | None = None
+
+
+@dataclass
+class TrainConfig:
+    seed: int = non_negative(0)  # seeds python, numpy and torch; same seed, same result on CPU
+    task_name: str = "train"  # names the output folder: outputs/<task_name>/...
+    dataset: Any = MISSING
+    model: Any = MISSING
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    device: DeviceConfig = field(default_factory=DeviceConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)

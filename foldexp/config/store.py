@@ -1,0 +1,63 @@
+"""Registration: every schema stored in Hydra's ConfigStore under the name its YAML files use.
+
+A YAML file under ``foldexp/conf/<group>/`` starts from ``<name>_schema`` in its defaults list,
+so an unknown key, a wrong type or a value outside an enum fails when Hydra composes the config.
+"""
+
+from __future__ import annotations
+
+from hydra.core.config_store import ConfigStore
+
+from foldexp.config.dataset import (
+    CalculatorDataConfig,
+    MarkedSequencesDataConfig,
+    MoleculeDataConfig,
+    SSTDataConfig,
+    SSTSentencesDataConfig,
+    TextCSVDataConfig,
+    TreesPTBDataConfig,
+)
+from foldexp.config.model import (
+    AttentionModelConfig,
+    ChildSumTreeLSTMModelConfig,
+    SequenceLSTMModelConfig,
+    TreeLSTMModelConfig,
+    WeaveModelConfig,
+)
+from foldexp.config.run import (
+    DeviceConfig,
+    OptimizerConfig,
+    PathsConfig,
+    TrainConfig,
+    TrainerConfig,
+)
+
+__all__ = ["register_configs"]
+
+_registered = False
+
+
+def register_configs() -> None:
+    """Registers every schema (idempotent); called before Hydra composes anything."""
+    global _registered
+    if _registered:
+        return
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(group="device", name="device_schema", node=DeviceConfig)
+    cs.store(group="paths", name="paths_schema", node=PathsConfig)
+    cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
+    cs.store(group="optimizer", name="optimizer_schema", node=OptimizerConfig)
+    cs.store(group="dataset", name="calculator_schema", node=CalculatorDataConfig)
+    cs.store(group="dataset", name="sst_schema", node=SSTDataConfig)
+    cs.store(group="model", name="tree_lstm_schema", node=TreeLSTMModelConfig)
+    cs.store(group="dataset", name="sst_sentences_schema", node=SSTSentencesDataConfig)
+    cs.store(group="dataset", name="molecules_csv_schema", node=MoleculeDataConfig)
+    cs.store(group="dataset", name="marked_sequences_schema", node=MarkedSequencesDataConfig)
+    cs.store(group="model", name="seq_lstm_schema", node=SequenceLSTMModelConfig)
+    cs.store(group="model", name="weave_schema", node=WeaveModelConfig)
+    cs.store(group="model", name="ff_attention_schema", node=AttentionModelConfig)
+    cs.store(group="dataset", name="trees_ptb_schema", node=TreesPTBDataConfig)
+    cs.store(group="dataset", name="text_csv_schema", node=TextCSVDataConfig)
+    cs.store(group="model", name="child_sum_tree_lstm_schema", node=ChildSumTreeLSTMModelConfig)
+    _registered = True
