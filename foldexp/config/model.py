@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from foldexp.config.fields import non_negative, positive, probability, ranged
+from foldexp.config.fields import positive, probability, ranged
 
 __all__ = [
     "AttentionModelConfig",
