@@ -1,4 +1,4 @@
-"""``import foldexp`` makes torch's OpenMP threads sleep at barriers unless the user chose."""
+"""``import foldexp`` shortens torch's OpenMP spin-wait, or makes it sleep on a busy machine."""
 
 from __future__ import annotations
 
@@ -6,25 +6,31 @@ import os
 import subprocess
 import sys
 
-import pytest
+CODE = (
+    "import foldexp, os; print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))"
+)
 
-CODE = "import foldexp, os; print(os.environ.get('OMP_WAIT_POLICY'))"
 
-
-def _policy(env_value: str | None, code: str = CODE) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    if env_value is not None:
-        env["OMP_WAIT_POLICY"] = env_value
+def _settings(extra_env: dict[str, str], code: str = CODE) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env.update(extra_env)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
 
-@pytest.mark.parametrize(("given", "expected"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
-def test_passive_unless_the_user_chose(given: str | None, expected: str) -> None:
-    assert _policy(given) == expected
+def test_short_spin_on_a_quiet_machine_passive_on_a_busy_one() -> None:
+    quiet = "import os; os.getloadavg = lambda: (0.0, 0.0, 0.0); "
+    busy = "import os; os.getloadavg = lambda: (1e6, 0.0, 0.0); "
+    assert _settings({}, quiet + CODE) == "None 10000"
+    assert _settings({}, busy + CODE) == "PASSIVE None"
+
+
+def test_the_users_own_setting_wins() -> None:
+    assert _settings({"OMP_WAIT_POLICY": "ACTIVE"}) == "ACTIVE None"
+    assert _settings({"GOMP_SPINCOUNT": "5"}) == "None 5"
 
 
 def test_left_alone_when_torch_came_first() -> None:
-    # OpenMP has read its settings by then; changing the variable would only mislead.
-    assert _policy(None, "import torch; " + CODE) == "None"
+    # OpenMP has read its settings by then; changing the variables would only mislead.
+    assert _settings({}, "import torch; " + CODE) == "None None"
