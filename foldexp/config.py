@@ -168,7 +168,7 @@ class OptimizerConfig:
 
 @dataclass
 class CalculatorDataConfig:
-    _target_: str = "foldexp.train.datasets.calculator"
+    _target_: str = "foldexp.experiments.datasets.calculator"
     name: str = "calculator"
     n: int = ranged(3000, ge=3)  # one expression at least in each split
     max_depth: int = positive(3)
@@ -179,7 +179,7 @@ class CalculatorDataConfig:
 
 @dataclass
 class SSTDataConfig:
-    _target_: str = "foldexp.train.datasets.sst"
+    _target_: str = "foldexp.experiments.datasets.sst"
     name: str = "sst"
     data_dir: str = "${paths.data_dir}"
     view: SSTView = SSTView.fine
@@ -311,7 +311,7 @@ class AttentionScore(str, Enum):
 
 @dataclass
 class SSTSentencesDataConfig:
-    _target_: str = "foldexp.train.datasets.sst_sentences"
+    _target_: str = "foldexp.experiments.datasets.sst_sentences"
     name: str = "sst_sentences"
     data_dir: str = "${paths.data_dir}"
     view: SSTView = SSTView.fine
@@ -325,7 +325,7 @@ class SSTSentencesDataConfig:
 class MoleculeDataConfig:
     """``molecules_csv``: any molecule CSV (ESOL and FreeSolv are presets of it)."""
 
-    _target_: str = "foldexp.train.molecule_data.molecules_csv"
+    _target_: str = "foldexp.experiments.molecule_data.molecules_csv"
     name: str = "molecules_csv"
     path: str = MISSING  # the CSV or CSV.gz file
     smiles_column: str = "smiles"
@@ -343,7 +343,7 @@ class MoleculeDataConfig:
 
 @dataclass
 class MarkedSequencesDataConfig:
-    _target_: str = "foldexp.train.datasets.marked_sequences"
+    _target_: str = "foldexp.experiments.datasets.marked_sequences"
     name: str = "addition"
     problem: MarkedProblem = MarkedProblem.addition
     n_train: int = positive(10000)
@@ -408,9 +408,9 @@ class Tokenizer(str, Enum):
 
 @dataclass
 class TreesPTBDataConfig:
-    """``trees_ptb``: PTB-format trees with integer labels (``foldexp.train.tree_data``)."""
+    """``trees_ptb``: PTB-format trees with integer labels (``foldexp.experiments.tree_data``)."""
 
-    _target_: str = "foldexp.train.tree_data.trees_ptb"
+    _target_: str = "foldexp.experiments.tree_data.trees_ptb"
     name: str = "trees_ptb"
     path: str = MISSING  # a folder with the three files, or one file (split=random)
     train_file: str = "train.txt"
@@ -436,9 +436,9 @@ class TreesPTBDataConfig:
 
 @dataclass
 class TextCSVDataConfig:
-    """``text_csv``: sentence classification from a CSV (``foldexp.train.text_data``)."""
+    """``text_csv``: sentence classification from a CSV (``foldexp.experiments.text_data``)."""
 
-    _target_: str = "foldexp.train.text_data.text_csv"
+    _target_: str = "foldexp.experiments.text_data.text_csv"
     name: str = "text_csv"
     path: str = MISSING  # the CSV or CSV.gz file
     text_column: str = "text"

@@ -1,0 +1,60 @@
+"""Building a run's dataset and model from their configs, through foldexp's registry.
+
+``build_dataset`` calls the builder ``dataset._target_`` names with the dataset keys;
+``build_model`` builds ``model._target_`` with the model's own keys plus the entries of the
+dataset's ``info`` its constructor names (``foldexp.models.contract``), and checks the contract
+before any work. Both are plain calls, not Hydra's ``instantiate``: a config is data, and a
+config read back from a run folder is untrusted (``foldexp.validate.check_registered``).
+Rebuilding a trained run from its folder is ``foldexp.train.runs``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from foldexp.models.contract import check_model
+from foldexp.validate import ConfigError, import_target
+
+__all__ = ["build_dataset", "build_model", "plain_config"]
+
+
+def plain_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """A config as plain Python values (enums as their strings, interpolations resolved)."""
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
+    return dict(cfg)
+
+
+def build_dataset(dataset_cfg: DictConfig | Mapping[str, Any]) -> Any:
+    """The ``DataBundle`` that ``dataset._target_`` builds from the other dataset keys."""
+    keys = plain_config(dataset_cfg)
+    builder = import_target(str(keys.pop("_target_")))
+    return builder(**keys)
+
+
+def build_model(
+    model_cfg: DictConfig | Mapping[str, Any], info: Mapping[str, Any]
+) -> torch.nn.Module:
+    """``model._target_`` built from the model's keys and the dataset ``info`` it takes."""
+    keys = plain_config(model_cfg)
+    target = str(keys.pop("_target_"))
+    cls = import_target(target)
+    params = inspect.signature(cls).parameters
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    if "name" not in params and not takes_all:
+        keys.pop("name", None)  # every model config has a display name; a model need not take it
+    clash = sorted(k for k in keys if k in info)
+    if clash:
+        raise ConfigError(
+            f"model.{clash[0]} is also provided by the dataset ({target} receives it from the "
+            "dataset's info); remove it from the model config"
+        )
+    provided = {k: v for k, v in info.items() if takes_all or k in params}
+    model = cls(**provided, **keys)
+    check_model(model, target)
+    return model
