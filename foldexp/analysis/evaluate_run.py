@@ -6,7 +6,7 @@ the given overrides (``dataset.path=new.csv``, ``dataset.limit=100``,
 ``trainer.eval_batch_size=64``). Overrides are checked like a training config (ranges, unknown
 keys); the rebuilt dataset must describe the same task (classes, targets, features) as the one the
 model was trained on. The metrics go to ``eval.json`` (in the run folder, or ``--out``) and are
-returned. """
+returned."""
 
 from __future__ import annotations
 

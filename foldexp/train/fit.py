@@ -27,9 +27,9 @@ from foldexp.train import distributed as dd
 from foldexp.train.artifacts import plot_curves, write_metrics_csv
 from foldexp.train.checkpoint import save_run
 from foldexp.train.ema import ParamAverage
-from foldexp.train.evaluate import evaluate, improves, progress_bar
+from foldexp.train.evaluate import evaluate, improves
 from foldexp.train.loaders import RunLoaders
-from foldexp.train.loggers import ProgressLog, RunLoggers
+from foldexp.train.loggers import ProgressLog, RunLoggers, progress_bar
 from foldexp.train.sampler import ShardedBatchSampler
 from foldexp.validate import plain
 

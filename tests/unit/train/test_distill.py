@@ -48,9 +48,7 @@ def test_targets_are_the_teachers_mean_prediction_for_each_subtree(
         np.testing.assert_allclose(targets[node], torch.stack(alone).mean(0), atol=1e-6)
 
 
-def test_the_training_hook_leaves_the_rng_where_it_was(
-    teachers: Path, sst_data_dir: Path
-) -> None:
+def test_the_training_hook_leaves_the_rng_where_it_was(teachers: Path, sst_data_dir: Path) -> None:
     trees = sst(str(sst_data_dir), view="fine", neutral_nodes=True).train
     model = TreeLSTMClassifier(Vocabulary.from_trees(trees), 5, 4, 4, teacher=[str(teachers)])
     seed_everything(5)
