@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from foldexp.models.contract import check_model
 from foldexp.validate import ConfigError, import_target
 
-__all__ = ["build_dataset", "build_model", "plain_config"]
+__all__ = ["build_dataset", "build_model", "check_vectors", "plain_config"]
 
 
 def plain_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
@@ -35,6 +35,19 @@ def build_dataset(dataset_cfg: DictConfig | Mapping[str, Any]) -> Any:
     keys = plain_config(dataset_cfg)
     builder = import_target(str(keys.pop("_target_")))
     return builder(**keys)
+
+
+def check_vectors(dataset_cfg: Any, model_cfg: Any, info: Mapping[str, Any]) -> None:
+    """Fails before the model is built when the dataset's pretrained vectors (``info``'s
+    ``embeddings``) are not as wide as the model's ``embed_size``."""
+    embeddings = info.get("embeddings")
+    embed_size = model_cfg.get("embed_size")
+    if embeddings is not None and embed_size is not None and embeddings.shape[1] != embed_size:
+        raise ConfigError(
+            f"dataset.word_vectors={dataset_cfg.get('word_vectors')} holds "
+            f"{embeddings.shape[1]}-d vectors but model.embed_size={embed_size}; set "
+            f"model.embed_size={embeddings.shape[1]} or use vectors of width {embed_size}"
+        )
 
 
 def build_model(

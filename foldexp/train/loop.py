@@ -38,7 +38,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from foldexp.experiments.build import build_dataset, build_model
+from foldexp.experiments.build import build_dataset, build_model, check_vectors
 from foldexp.kernels import keep_freed_memory, set_onednn_enabled
 from foldexp.train import distributed as dd
 from foldexp.train import launch
@@ -155,6 +155,7 @@ def _build(
     bundle = build_dataset(cfg.dataset)
     log.info("dataset %s: %s", cfg.dataset.name, bundle.sizes())
     check_bundle(bundle, cfg)
+    check_vectors(cfg.dataset, cfg.model, bundle.info)
     model = build_model(cfg.model, bundle.info).to(device)
     if ctx.is_main:
         write_run_info(out_dir, cfg, bundle.info)
