@@ -55,7 +55,7 @@ def _hydra_app(name: str, module: str) -> object:
 
 
 def _report(argv: list[str]) -> int:
-    from foldexp.train.report import run_report
+    from foldexp.analysis.report import run_report
 
     ap = argparse.ArgumentParser(prog="foldexp report", description=COMMANDS["report"])
     ap.add_argument(
@@ -84,7 +84,7 @@ def _report(argv: list[str]) -> int:
 
 
 def _ensemble(argv: list[str]) -> int:
-    from foldexp.train.ensemble import SPLITS, run_ensemble
+    from foldexp.analysis.ensemble import SPLITS, run_ensemble
 
     ap = argparse.ArgumentParser(prog="foldexp ensemble", description=COMMANDS["ensemble"])
     ap.add_argument("dirs", nargs="+", help="run or sweep folders (results.json, checkpoints/)")
@@ -109,7 +109,7 @@ def _allow_target_option(ap: argparse.ArgumentParser) -> None:
 
 
 def _predict(argv: list[str]) -> int:
-    from foldexp.train.predict import run_predict
+    from foldexp.analysis.predict import run_predict
 
     ap = argparse.ArgumentParser(prog="foldexp predict", description=COMMANDS["predict"])
     ap.add_argument("run_dir", help="a trained run's folder (run_info.json, checkpoints/best.pt)")
@@ -140,7 +140,7 @@ def _predict(argv: list[str]) -> int:
 def _eval(argv: list[str]) -> int:
     import json
 
-    from foldexp.train.eval_run import SPLITS, run_eval
+    from foldexp.analysis.evaluate_run import SPLITS, run_eval
 
     ap = argparse.ArgumentParser(prog="foldexp eval", description=COMMANDS["eval"])
     ap.add_argument("run_dir", help="a trained run's folder")
@@ -157,7 +157,7 @@ def _eval(argv: list[str]) -> int:
 
 
 def _data(argv: list[str]) -> int:
-    from foldexp.train.data_stats import KINDS
+    from foldexp.experiments.data_stats import KINDS
 
     if len(argv) >= 2 and argv[0] in ("stats", "import") and argv[1] in KINDS:
         return _own_data(argv)
@@ -168,9 +168,10 @@ def _data(argv: list[str]) -> int:
 
 def _own_data(argv: list[str]) -> int:
     """``foldexp data stats|import KIND key=value …``: files of one's own, read as training
-    reads them (``foldexp.train.data_stats``)."""
+    reads them (``foldexp.experiments.data_stats``)."""
     from foldexp.data.paths import resolve_data_dir
-    from foldexp.train.data_stats import dataset_stats, import_files
+    from foldexp.experiments.data_stats import dataset_stats, import_files
+    from foldexp.train.app import compose_dataset_config
 
     command, kind = argv[0], argv[1]
     ap = argparse.ArgumentParser(
@@ -182,9 +183,10 @@ def _own_data(argv: list[str]) -> int:
     ap.add_argument("--out", default="outputs/data-stats", help="stats: folder for KIND.png")
     ap.add_argument("--data-dir", default=None, help="import: the data folder (FOLDEXP_DATA)")
     a = ap.parse_args(argv[2:])
+    cfg = compose_dataset_config(kind, a.overrides)
     if command == "stats":
-        return dataset_stats(kind, a.overrides, a.out)
-    return import_files(kind, a.overrides, resolve_data_dir(a.data_dir))
+        return dataset_stats(kind, cfg, a.out)
+    return import_files(kind, cfg, a.overrides, resolve_data_dir(a.data_dir))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -83,7 +83,7 @@ class Tokenizer(str, Enum):
 @dataclass
 class CalculatorDataConfig:
     # builder returning train/dev/test and model sizes
-    _target_: str = "foldexp.train.datasets.calculator"
+    _target_: str = "foldexp.experiments.datasets.calculator"
     name: str = "calculator"  # shown in results
     n: int = ranged(3000, ge=3)  # distinct expressions in all, split 80/10/10
     max_depth: int = positive(3)  # deepest operator nesting (edges from root to leaf)
@@ -95,7 +95,9 @@ class CalculatorDataConfig:
 
 @dataclass
 class SSTDataConfig:
-    _target_: str = "foldexp.train.datasets.sst"  # builder returning train/dev/test and model sizes
+    _target_: str = (
+        "foldexp.experiments.datasets.sst"  # builder returning train/dev/test and model sizes
+    )
     name: str = "sst"  # shown in results
     data_dir: str = "${paths.data_dir}"  # folder holding sst/train.txt, dev.txt, test.txt
     view: SSTView = SSTView.fine  # fine (5 classes) | binary (neutral roots dropped)
@@ -116,7 +118,7 @@ class SSTDataConfig:
 @dataclass
 class SSTSentencesDataConfig:
     # builder returning train/dev/test and model sizes
-    _target_: str = "foldexp.train.datasets.sst_sentences"
+    _target_: str = "foldexp.experiments.datasets.sst_sentences"
     name: str = "sst_sentences"  # shown in results
     data_dir: str = "${paths.data_dir}"  # folder holding sst/train.txt, dev.txt, test.txt
     view: SSTView = SSTView.fine  # fine (5 classes) | binary (neutral-root sentences dropped)
@@ -133,7 +135,7 @@ class MoleculeDataConfig:
     """``molecules_csv``: any molecule CSV (ESOL and FreeSolv are presets of it)."""
 
     # builder: read, featurise (RDKit, cached), split
-    _target_: str = "foldexp.train.molecule_data.molecules_csv"
+    _target_: str = "foldexp.experiments.molecule_data.molecules_csv"
     name: str = "molecules_csv"  # shown in results
     path: str = MISSING  # the CSV or CSV.gz file (comma, tab or semicolon separated; UTF-8)
     smiles_column: str = "smiles"  # the column holding SMILES
@@ -158,7 +160,9 @@ class MoleculeDataConfig:
 
 @dataclass
 class MarkedSequencesDataConfig:
-    _target_: str = "foldexp.train.datasets.marked_sequences"  # builder generating the three splits
+    _target_: str = (
+        "foldexp.experiments.datasets.marked_sequences"  # builder generating the three splits
+    )
     name: str = "addition"  # shown in results
     problem: MarkedProblem = MarkedProblem.addition  # addition | multiplication
     n_train: int = positive(10000)  # training sequences
@@ -172,10 +176,10 @@ class MarkedSequencesDataConfig:
 
 @dataclass
 class TreesPTBDataConfig:
-    """``trees_ptb``: PTB-format trees with integer labels (``foldexp.train.tree_data``)."""
+    """``trees_ptb``: PTB-format trees with integer labels (``foldexp.experiments.tree_data``)."""
 
     # builder returning train/dev/test and model sizes
-    _target_: str = "foldexp.train.tree_data.trees_ptb"
+    _target_: str = "foldexp.experiments.tree_data.trees_ptb"
     name: str = "trees_ptb"  # shown in results
     path: str = MISSING  # a folder holding the three files, or one tree file (split=random)
     train_file: str = "train.txt"  # split=files: the files' names inside path (or absolute paths)
@@ -214,10 +218,10 @@ class TreesPTBDataConfig:
 
 @dataclass
 class TextCSVDataConfig:
-    """``text_csv``: sentence classification from a CSV (``foldexp.train.text_data``)."""
+    """``text_csv``: sentence classification from a CSV (``foldexp.experiments.text_data``)."""
 
     # builder returning train/dev/test and model sizes
-    _target_: str = "foldexp.train.text_data.text_csv"
+    _target_: str = "foldexp.experiments.text_data.text_csv"
     name: str = "text_csv"  # shown in results
     path: str = MISSING  # the CSV or CSV.gz file (UTF-8, a header row)
     text_column: str = "text"  # the column holding each sentence

@@ -7,9 +7,7 @@ as 0 with ``target_mask`` False, so a masked loss can skip them (NaN would poiso
 
 The file may be gzipped (recognised by its magic bytes, not its name) and separated by commas,
 tabs or semicolons (the header line decides). What cannot be trained on is refused at load,
-naming the file and the line, row or column: text that is not UTF-8, a header without data rows,
-a target that is not a number or does not fit float32 (``inf``, ``1e39``), a target column with
-no value at all.
+naming the file and the line, row or column (``molecule_csv.py`` reads the file).
 
 Invalid SMILES (RDKit cannot parse them) raise :class:`MoleculeError` listing the first offending
 rows, or with ``on_invalid="skip"`` are left out with a :class:`DataWarning` that counts and names
@@ -21,16 +19,11 @@ featuriser version, RDKit version, options), written atomically, so a second loa
 
 from __future__ import annotations
 
-import csv
-import gzip
 import hashlib
-import io
 import json
-import math
 import os
 import sys
 import warnings
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,8 +33,9 @@ import numpy as np
 from tqdm import tqdm
 
 from foldexp.data import featurize
-from foldexp.data.errors import DatasetNotFoundError, DataWarning, FormatError, MoleculeError
+from foldexp.data.errors import DatasetNotFoundError, DataWarning, MoleculeError
 from foldexp.data.molecule_cache import cache_path, read_cache, write_cache
+from foldexp.data.molecule_csv import read_molecule_rows
 from foldexp.data.paths import resolve_data_dir
 
 __all__ = [
@@ -57,9 +51,6 @@ __all__ = [
     "load_freesolv",
     "load_molecule_csv",
     "not_found",
-    "read_csv_column",
-    "read_csv_text",
-    "sniff_delimiter",
 ]
 
 ESOL_FILE = "molecules/delaney-processed.csv"
@@ -67,7 +58,6 @@ ESOL_TARGET = "measured log solubility in mols per litre"
 FREESOLV_FILE = "molecules/freesolv.csv"
 FREESOLV_TARGET = "expt"
 
-_MISSING = {"", "nan", "na", "n/a", "none", "null"}
 # Part of the cache key: a cache written before the reader refused a file is not trusted.
 _READER_VERSION = 2
 #: File name → the dataset ``foldexp data fetch`` gets it as (for "not found" messages).
@@ -181,153 +171,6 @@ class MoleculeDataset(Sequence[MoleculeGraph]):
         )
 
 
-# ---------------------------------------------------------------------- CSV reading
-
-_GZIP_MAGIC = b"\x1f\x8b"
-_DELIMITERS = (",", "\t", ";")  # comma first: it wins a tie
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-
-def read_csv_text(path: str | os.PathLike[str]) -> str:
-    """The text of a CSV file, gunzipped when it starts with gzip's magic bytes (whatever its
-    name), decoded as UTF-8 (a byte-order mark is dropped).
-
-    Raises:
-        FormatError: The gzip stream is damaged, or the text is not UTF-8 (naming the line).
-    """
-    path = Path(path)
-    raw = path.read_bytes()
-    if raw[:2] == _GZIP_MAGIC:
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise FormatError(f"{path}: a damaged gzip file ({exc}); expected a CSV.gz") from None
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise FormatError(
-            f"{path}:{line}: expected UTF-8 text, found byte 0x{raw[exc.start]:02x} "
-            f"({exc.reason}); save the file as UTF-8"
-        ) from None
-
-
-def sniff_delimiter(header_line: str) -> str:
-    """The header's field separator: the most frequent of comma, tab and semicolon (comma when
-    none occurs or on a tie). SMILES never contain these characters, so the header decides."""
-    counts = [header_line.count(d) for d in _DELIMITERS]
-    return _DELIMITERS[counts.index(max(counts))]
-
-
-def _records(path: Path) -> tuple[list[str], Iterator[tuple[int, int, list[str]]]]:
-    """The header (stripped names) and ``(row number, line, fields)`` of every data record.
-
-    Row numbers count records after the header from 1 (blank records included, so a row number
-    is stable); blank records themselves are not yielded.
-    """
-    text = read_csv_text(path)
-    first_line = text.split("\n", 1)[0]
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sniff_delimiter(first_line))
-    try:
-        header = next(reader, None)
-    except csv.Error as exc:
-        raise FormatError(f"{path}:1: malformed CSV header: {exc}") from None
-    if header is None:
-        raise MoleculeError(f"{path}: expected a CSV header line, got an empty file")
-    if not any(h.strip() for h in header):
-        raise MoleculeError(f"{path}:1: expected a CSV header line, got a blank line")
-
-    def rows() -> Iterator[tuple[int, int, list[str]]]:
-        try:
-            for row_number, record in enumerate(reader, start=1):
-                if record and any(x.strip() for x in record):  # a blank line holds no data
-                    yield row_number, reader.line_num, record
-        except csv.Error as exc:
-            raise FormatError(f"{path}:{reader.line_num}: malformed CSV: {exc}") from None
-
-    return [h.strip() for h in header], rows()
-
-
-def _column_indices(path: Path, header: list[str], columns: Sequence[str]) -> list[int]:
-    missing = [c for c in columns if c not in header]
-    if missing:
-        raise MoleculeError(
-            f"{path}:1: expected column(s) {missing} in the header; the columns are {header}"
-        )
-    return [header.index(c) for c in columns]
-
-
-def _target_value(path: Path, line: int, row: int, name: str, text: str) -> float | None:
-    """A target field as a float, ``None`` when missing; refuses what float32 cannot hold."""
-    if text.lower() in _MISSING:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise MoleculeError(
-            f"{path}:{line}: row {row}, column {name!r}: "
-            f"expected a number or an empty field, got {text!r}"
-        ) from None
-    if math.isnan(value):
-        return None
-    if not abs(value) <= _FLOAT32_MAX:  # inf, or finite but beyond float32 (1e39)
-        raise MoleculeError(
-            f"{path}:{line}: row {row}, column {name!r}: expected a finite number within "
-            f"float32's range (|x| <= {_FLOAT32_MAX:.3g}), got {text!r}"
-        )
-    return value
-
-
-def _read_csv(
-    path: Path, smiles_column: str, target_columns: Sequence[str]
-) -> tuple[list[int], list[str], np.ndarray, np.ndarray]:
-    """Return data rows, SMILES, targets and mask from a CSV; errors name file, row and column."""
-    header, records = _records(path)
-    s_col, *t_cols = _column_indices(path, header, (smiles_column, *target_columns))
-    rows, smiles, values, mask = [], [], [], []
-    for row_number, line, record in records:
-        if len(record) != len(header):
-            raise MoleculeError(
-                f"{path}:{line}: row {row_number}: expected {len(header)} fields, got {len(record)}"
-            )
-        rows.append(row_number)
-        smiles.append(record[s_col].strip())
-        parsed = [
-            _target_value(path, line, row_number, name, record[col].strip())
-            for name, col in zip(target_columns, t_cols, strict=True)
-        ]
-        values.append([0.0 if v is None else v for v in parsed])
-        mask.append([v is not None for v in parsed])
-    if not rows:
-        raise MoleculeError(f"{path}: has a header but no data rows; expected one molecule a row")
-    n_targets = len(target_columns)
-    targets = np.array(values, dtype=np.float32).reshape(-1, n_targets)
-    target_mask = np.array(mask, dtype=bool).reshape(-1, n_targets)
-    empty = [name for name, any_value in zip(target_columns, target_mask.any(0)) if not any_value]
-    if empty:
-        raise MoleculeError(
-            f"{path}: target column(s) {empty} hold no value in any of the {len(rows)} rows; "
-            "expected numbers (empty fields are missing values)"
-        )
-    return rows, smiles, targets, target_mask
-
-
-def read_csv_column(path: str | os.PathLike[str], column: str) -> dict[int, str]:
-    """One column of a CSV as ``{row number: stripped value}``, rows numbered as
-    :func:`load_molecule_csv` numbers them (``MoleculeDataset.rows``)."""
-    path = Path(path)
-    header, records = _records(path)
-    (col,) = _column_indices(path, header, (column,))
-    out = {}
-    for row_number, line, record in records:
-        if len(record) != len(header):
-            raise MoleculeError(
-                f"{path}:{line}: row {row_number}: expected {len(header)} fields, got {len(record)}"
-            )
-        out[row_number] = record[col].strip()
-    return out
-
-
 def _describe_invalid(path: Path, invalid: list[tuple[int, str]]) -> str:
     shown = "; ".join(f"row {row} (line {row + 1}): {s!r}" for row, s in invalid[:_SHOW_INVALID])
     more = f"; and {len(invalid) - _SHOW_INVALID} more" if len(invalid) > _SHOW_INVALID else ""
@@ -346,7 +189,7 @@ def check_molecule_csv(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    rows, _, _, _ = _read_csv(path, smiles_column, tuple(target_columns))
+    rows, _, _, _ = read_molecule_rows(path, smiles_column, tuple(target_columns))
     return len(rows)
 
 
@@ -389,50 +232,22 @@ def load_molecule_csv(
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
 
-    cache_file = None
-    if cache_dir is not None:
-        options = {
-            "reader": _READER_VERSION,
-            "smiles_column": smiles_column,
-            "target_columns": list(targets_tuple),
-            "on_invalid": on_invalid,
-        }
-        cache_file = cache_path(Path(cache_dir), path, _cache_key(path, options))
-        cached = read_cache(cache_file)
-        if cached is not None:
-            cached_graphs = [
-                MoleculeGraph(s, a, p, t, m)
-                for s, a, p, t, m in zip(
-                    cached.smiles,
-                    cached.atom_features,
-                    cached.pair_features,
-                    cached.targets,
-                    cached.target_mask,
-                    strict=True,
-                )
-            ]
-            return _finish(path, targets_tuple, cached_graphs, cached.rows, cached.invalid)
-
-    rows, smiles, targets, mask = _read_csv(path, smiles_column, targets_tuple)
-    if progress is None:
-        progress = sys.stderr.isatty()
-    graphs: list[MoleculeGraph] = []
-    kept_rows: list[int] = []
-    kept_index: list[int] = []
-    invalid: list[tuple[int, str]] = []
-    items = enumerate(zip(rows, smiles, targets, mask, strict=True))
-    bar = tqdm(
-        items, total=len(rows), desc=f"featurising {path.name}", unit="mol", disable=not progress
+    options = {
+        "reader": _READER_VERSION,
+        "smiles_column": smiles_column,
+        "target_columns": list(targets_tuple),
+        "on_invalid": on_invalid,
+    }
+    cache_file = (
+        None if cache_dir is None else cache_path(Path(cache_dir), path, _cache_key(path, options))
     )
-    for i, (row, s, t, m) in bar:
-        mol = featurize.parse_smiles(s)
-        if mol is None:
-            invalid.append((row, s))
-            continue
-        atoms, pairs = featurize.featurize_mol(mol)
-        graphs.append(MoleculeGraph(s, atoms, pairs, t, m))
-        kept_rows.append(row)
-        kept_index.append(i)
+    if cache_file is not None and (cached := _read_cached(cache_file)) is not None:
+        return _finish(path, targets_tuple, *cached)
+    rows, smiles, targets, mask = read_molecule_rows(path, smiles_column, targets_tuple)
+    show = sys.stderr.isatty() if progress is None else progress
+    graphs, kept_rows, kept_index, invalid = _featurize_rows(
+        path, rows, smiles, targets, mask, show
+    )
     if invalid and on_invalid == "raise":
         raise MoleculeError(
             _describe_invalid(path, invalid) + "; fix them or pass on_invalid='skip'"
@@ -450,6 +265,58 @@ def load_molecule_csv(
             invalid,
         )
     return _finish(path, targets_tuple, graphs, kept, invalid)
+
+
+def _read_cached(
+    cache_file: Path,
+) -> tuple[list[MoleculeGraph], np.ndarray, list[tuple[int, str]]] | None:
+    """The graphs, row numbers and invalid rows a cache file holds, or ``None`` if it is absent
+    or unusable (``molecule_cache.read_cache``)."""
+    cached = read_cache(cache_file)
+    if cached is None:
+        return None
+    graphs = [
+        MoleculeGraph(s, a, p, t, m)
+        for s, a, p, t, m in zip(
+            cached.smiles,
+            cached.atom_features,
+            cached.pair_features,
+            cached.targets,
+            cached.target_mask,
+            strict=True,
+        )
+    ]
+    return graphs, cached.rows, cached.invalid
+
+
+def _featurize_rows(
+    path: Path,
+    rows: list[int],
+    smiles: list[str],
+    targets: np.ndarray,
+    mask: np.ndarray,
+    progress: bool,
+) -> tuple[list[MoleculeGraph], list[int], list[int], list[tuple[int, str]]]:
+    """RDKit over every row: the graphs, their row numbers and positions, and the rows whose
+    SMILES RDKit could not parse (``(row, smiles)``)."""
+    graphs: list[MoleculeGraph] = []
+    kept_rows: list[int] = []
+    kept_index: list[int] = []
+    invalid: list[tuple[int, str]] = []
+    items = enumerate(zip(rows, smiles, targets, mask, strict=True))
+    bar = tqdm(
+        items, total=len(rows), desc=f"featurising {path.name}", unit="mol", disable=not progress
+    )
+    for i, (row, s, t, m) in bar:
+        mol = featurize.parse_smiles(s)
+        if mol is None:
+            invalid.append((row, s))
+            continue
+        atoms, pairs = featurize.featurize_mol(mol)
+        graphs.append(MoleculeGraph(s, atoms, pairs, t, m))
+        kept_rows.append(row)
+        kept_index.append(i)
+    return graphs, kept_rows, kept_index, invalid
 
 
 def _finish(

@@ -114,8 +114,7 @@ def parse_tree(
     def fail(offset: int, message: str) -> TreeParseError:
         return TreeParseError(path, line, offset + 1, message)
 
-    make = Tree._make
-    common = _COMMON_LABELS
+    make, common = Tree._make, _COMMON_LABELS
     low, high = label_range if label_range is not None else (None, None)
     # One frame per open internal node: [label, word, children, offset of its '(']
     stack: list[list] = []
@@ -124,30 +123,23 @@ def parse_tree(
     for match in _TOKEN.finditer(text):
         opened, body, leaf_closed, closed = match.groups()
         if opened:
-            if stack:
-                top = stack[-1]
-                if top[1] is not None and not internal_words:
-                    pos = match.start(1)
-                    raise fail(pos, f"expected ')' to close leaf {_show(top[1])}, got '('")
-            elif root is not None:
-                raise fail(match.start(1), "expected end of line after the tree, got '('")
+            if (stack and stack[-1][1] is not None and not internal_words) or (
+                not stack and root is not None
+            ):
+                raise _misplaced_open(match, stack, fail)
             # Fast path: "2 word" or "2 " -- a one-digit label followed by a plain space.
             label_text, _, rest = body.partition(" ")
             label = common.get(label_text)
             if label is None:
                 label, rest = _slow_label(body, match.start(2), fail, text)
             if low is not None and not low <= label <= high:
-                pos = match.start(2) + len(body) - len(body.lstrip(_WS))
-                raise fail(pos, f"expected a label in {low}..{high}, got {label}")
+                raise _out_of_range(match, body, label, low, high, fail)
             word = rest.strip(_WS) or None
             if word is not None and unescape:
                 word = unescape_word(word)
             if leaf_closed:
                 if word is None:
-                    raise fail(
-                        match.start(3),
-                        f"expected a word or a child '(' after label {label}, got ')'",
-                    )
+                    raise _empty_node(fail, match.start(3), label)
                 node = make(label, word, ())
                 if stack:
                     stack[-1][2].append(node)
@@ -160,34 +152,58 @@ def parse_tree(
                 raise fail(match.start(4), "expected '(' or end of line, got unbalanced ')'")
             label, word, children, _ = stack.pop()
             if word is None and not children:
-                raise fail(
-                    match.start(4), f"expected a word or a child '(' after label {label}, got ')'"
-                )
+                raise _empty_node(fail, match.start(4), label)
             node = make(label, word, tuple(children))
             if stack:
                 stack[-1][2].append(node)
             else:
                 root = node
-        else:
-            tok = match.group()
-            junk = tok.lstrip(_WS)
-            if not junk:
-                continue  # trailing whitespace
-            pos = match.start() + len(tok) - len(junk)
-            shown = _show(junk.rstrip(_WS))
-            if stack:
-                raise fail(pos, f"expected '(' or ')' after a child node, got {shown}")
-            if root is None:
-                raise fail(pos, f"expected '(' to start a tree, got {shown}")
-            raise fail(pos, f"expected end of line after the tree, got {shown}")
+        elif match.group().strip(_WS):  # text outside a node's '(' (whitespace is fine)
+            raise _stray_text(match, stack, root, fail)
 
+    if stack or root is None:
+        raise _unfinished(text, stack, fail)
+    return root
+
+
+def _misplaced_open(match: re.Match[str], stack: list[list], fail) -> TreeParseError:
+    """The error for a '(' inside a leaf (without ``internal_words``) or after the tree."""
+    if stack:
+        return fail(match.start(1), f"expected ')' to close leaf {_show(stack[-1][1])}, got '('")
+    return fail(match.start(1), "expected end of line after the tree, got '('")
+
+
+def _out_of_range(
+    match: re.Match[str], body: str, label: int, low: int, high: int, fail
+) -> TreeParseError:
+    pos = match.start(2) + len(body) - len(body.lstrip(_WS))
+    return fail(pos, f"expected a label in {low}..{high}, got {label}")
+
+
+def _empty_node(fail, offset: int, label: int) -> TreeParseError:
+    return fail(offset, f"expected a word or a child '(' after label {label}, got ')'")
+
+
+def _stray_text(match: re.Match[str], stack: list[list], root: Tree | None, fail) -> TreeParseError:
+    """The error for text that is neither a node nor whitespace, by where it stands."""
+    tok = match.group()
+    junk = tok.lstrip(_WS)
+    pos = match.start() + len(tok) - len(junk)
+    shown = _show(junk.rstrip(_WS))
+    if stack:
+        return fail(pos, f"expected '(' or ')' after a child node, got {shown}")
+    if root is None:
+        return fail(pos, f"expected '(' to start a tree, got {shown}")
+    return fail(pos, f"expected end of line after the tree, got {shown}")
+
+
+def _unfinished(text: str, stack: list[list], fail) -> TreeParseError:
+    """The error for a line that ends inside a node, or holds no tree at all."""
     end = len(text.rstrip(_WS))
     if stack:
         col = stack[-1][3] + 1
-        raise fail(end, f"expected ')' to close the '(' at column {col}, got end of line")
-    if root is None:
-        raise fail(end, "expected a tree '(label ...)', got an empty line")
-    return root
+        return fail(end, f"expected ')' to close the '(' at column {col}, got end of line")
+    return fail(end, "expected a tree '(label ...)', got an empty line")
 
 
 def read_ptb_file(

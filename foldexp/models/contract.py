@@ -14,7 +14,11 @@ epoch: scalars are added up, tensors with a leading example axis are concatenate
 Optional: ``predict(batch)`` → ``(examples, columns)`` values for ``foldexp predict`` (class
 probabilities or targets in original units), with ``prediction_columns()`` naming the columns;
 ``param_groups()`` → parameter groups with their own optimizer settings;
-``root_probabilities`` / ``score_roots`` for ``foldexp ensemble``.
+``root_probabilities`` / ``score_roots`` for ``foldexp ensemble``; ``prepare_training(setup)``,
+called once before the first step (of a fresh or a resumed run) with a ``TrainingSetup``: the
+training examples and access to trained runs, for a model that derives its own targets from them
+(distillation: ``foldexp.models.distill``). The trainer knows no model's keys: what a model needs
+beyond ``collate``/``forward`` it takes through this hook.
 
 A minimal model of one's own (a bag of words over ``text_csv`` examples, ``(tokens, label)``)::
 
@@ -45,15 +49,31 @@ A minimal model of one's own (a bag of words over ``text_csv`` examples, ``(toke
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["Batch", "FoldModel", "ModelContractError", "REQUIRED", "OPTIONAL", "check_model"]
+__all__ = [
+    "Batch",
+    "FoldModel",
+    "ModelContractError",
+    "OPTIONAL",
+    "REQUIRED",
+    "TrainingSetup",
+    "check_model",
+]
 
 REQUIRED = ("collate", "forward", "summarize")
-OPTIONAL = ("predict", "prediction_columns", "param_groups", "root_probabilities", "score_roots")
+OPTIONAL = (
+    "predict",
+    "prediction_columns",
+    "param_groups",
+    "root_probabilities",
+    "score_roots",
+    "prepare_training",
+)
 
 
 class ModelContractError(TypeError):
@@ -68,6 +88,26 @@ class Batch(Protocol):
 
 
 @runtime_checkable
+class TrainingSetup(Protocol):
+    """What ``foldexp train`` hands a model's optional ``prepare_training`` hook.
+
+    The trainer restores every RNG after the hook, so a hook that builds models (which draws
+    from the RNG) leaves the run as reproducible and resumable as one without it.
+    """
+
+    train: Sequence[Any]  # the training examples, in the dataset's order
+    batch_size: int  # ``trainer.eval_batch_size``: for passes over the examples without gradients
+
+    def load_runs(
+        self, dirs: Sequence[str | Path], mismatch: Callable[[Path, str], str]
+    ) -> Iterator[tuple[Path, torch.nn.Module]]:
+        """Each trained run under ``dirs`` with its model (best weights, evaluation mode), one
+        at a time. Every run must have trained on ``train``; one that did not raises
+        ``ValueError(mismatch(run, keys))``, ``keys`` naming the dataset keys that differ."""
+        ...
+
+
+@runtime_checkable
 class FoldModel(Protocol):
     """The methods ``foldexp train`` needs (see the module docstring for the optional ones)."""
 
@@ -76,6 +116,9 @@ class FoldModel(Protocol):
     def forward(self, batch: Any) -> Mapping[str, torch.Tensor | float]: ...
 
     def summarize(self, sums: Mapping[str, Any]) -> dict[str, float]: ...
+
+    # Optional (not part of the runtime check): ``prepare_training(setup: TrainingSetup) -> None``
+    # is called once after the model is built, before the optimizer and the first step.
 
 
 def check_model(model: Any, target: str) -> None:

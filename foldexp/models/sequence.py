@@ -5,8 +5,9 @@ them left to right (the paper's §3.3 pipeline with an LSTM instead of an FC cel
 hidden state goes through dropout to a linear classifier. Sentences of different lengths batch
 by depth: step ``t`` of every sentence that has a ``t``-th word runs as one call.
 
-Inputs are ``(tokens, label)`` pairs as ``foldexp.train.datasets.sst_sentences`` (SST trees'
-words and root labels) and ``foldexp.train.text_data.text_csv`` (a CSV of one's own) make them.
+Inputs are ``(tokens, label)`` pairs as ``foldexp.experiments.datasets.sst_sentences`` (SST
+trees' words and root labels) and ``foldexp.experiments.text_data.text_csv`` (a CSV of one's own)
+make them.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ engine's benchmarks and tests, and the bench peers reuse it with their own modul
 calculator trees): every node records its hidden state and label through ``Metric`` blocks, so
 the loss covers every labelled node; its accuracies are in ``tree_accuracy.py``. The child-sum
 Tree-LSTM (``child_sum.py``, any number of children) reuses it with other cells. A node with one
-child or more than two is refused, naming the input (``foldexp.train.tree_data`` names the file
-and line of such a dataset before training).
+child or more than two is refused, naming the input (``foldexp.experiments.tree_data`` names the
+file and line of such a dataset before training).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from foldexp.executor.compiled import Compiler
 from foldexp.kernels import Linear
 from foldexp.models import tree_accuracy
 from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf, WordTreeLSTMCell
+from foldexp.models.contract import TrainingSetup
+from foldexp.models.distill import prepare_distillation
 from foldexp.models.tree_accuracy import Polarity, check_class_names, check_polarity
 
 __all__ = [
@@ -122,12 +124,12 @@ class TreeLSTMClassifier(nn.Module):
             (``tree_accuracy.py``).
         teacher: run or sweep folders whose models teach this one (knowledge distillation,
             Hinton et al. 2015): the trainer computes their averaged class probabilities at
-            every training node (``foldexp.train.distill``) and hands them to
+            every training node (``foldexp.models.distill``) and hands them to
             ``set_soft_targets``; the training loss is then ``distill_weight`` times the
             cross-entropy against them plus the rest times the usual one.
         class_names: one name per class (default ``"0"``, ``"1"``, ...); ``prediction_columns``
             names the predicted classes' probabilities after them.
-        non_binary_tree: from the dataset (``foldexp.train.tree_data``): where its first tree
+        non_binary_tree: from the dataset (``foldexp.experiments.tree_data``): where its first tree
             that is not binary is (``FILE:LINE: ...``), or ``None``. This model combines exactly
             two children, so such a dataset is refused here, before any training.
         name: the display name in results (the config's ``model.name``).
@@ -254,6 +256,10 @@ class TreeLSTMClassifier(nn.Module):
             loss = (1 - self.distill_weight) * loss + self.distill_weight * soft_loss
         return loss
 
+    def prepare_training(self, setup: TrainingSetup) -> None:
+        """The contract's hook: with ``teacher`` set, the teachers' soft targets (distillation)."""
+        prepare_distillation(self, setup)
+
     def set_soft_targets(self, targets: Mapping[Any, np.ndarray]) -> None:
         """Each training node's soft target (class probabilities), keyed by the node: a node's
         prediction depends on its subtree alone, so equal subtrees share one key."""
@@ -264,7 +270,7 @@ class TreeLSTMClassifier(nn.Module):
 
     def node_probabilities(self, batch: TreeBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Class probabilities and labels of every node, trees in batch order and each tree's
-        nodes in post-order (``Tree.nodes()``); ``foldexp.train.distill`` averages them."""
+        nodes in post-order (``Tree.nodes()``); ``foldexp.models.distill`` averages them."""
         self.compiler.run(batch.plan)
         node_h, _ = self.compiler.last_metrics["h"]
         node_labels, _ = self.compiler.last_metrics["label"]

@@ -1,14 +1,15 @@
 """``foldexp train``: the Hydra app, a thin shell over ``run_train``.
 
 ``compose_config`` builds the same config without running Hydra's app machinery, for tests and
-notebooks (``output_dir`` stands in for Hydra's run folder).
+notebooks (``output_dir`` stands in for Hydra's run folder); ``compose_dataset_config`` one
+dataset's config, for ``foldexp data stats|import``.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -16,9 +17,9 @@ import hydra
 from omegaconf import DictConfig, open_dict
 
 from foldexp.config import CONF_DIR, register_configs
-from foldexp.validate import check_config
+from foldexp.validate import ConfigError, check_config
 
-__all__ = ["main", "compose_config", "report_errors", "user_errors"]
+__all__ = ["main", "compose_config", "compose_dataset_config", "report_errors", "user_errors"]
 
 T = TypeVar("T")
 
@@ -89,3 +90,22 @@ def compose_config(
     if config_name == "train":
         check_config(cfg)
     return cfg
+
+
+def compose_dataset_config(kind: str, overrides: Sequence[str]) -> DictConfig:
+    """The dataset config ``dataset=KIND`` with ``key=value`` overrides of its own keys, for
+    ``foldexp data stats|import``; a key the dataset does not have fails naming its keys."""
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"foldexp data: {item!r}: expected KEY=VALUE, e.g. path=FILE")
+    keys = [o.removeprefix("dataset.") for o in overrides]
+    # ~experiment: the default experiment's dataset keys belong to another dataset
+    base = ["~experiment", f"dataset={kind}"]
+    known = [k for k in compose_config(base).dataset if k != "_target_"]
+    for key in keys:
+        if key.split("=", 1)[0] not in known:
+            raise ConfigError(
+                f"dataset.{key.split('=', 1)[0]} is not a key of {kind}; its keys are "
+                + ", ".join(known)
+            )
+    return compose_config([*base, *(f"dataset.{k}" for k in keys)]).dataset

@@ -1,13 +1,21 @@
-"""Checkpoints: model, optimizer, position and every RNG, saved atomically, loaded safely.
+"""Checkpoints and resuming: model, optimizer, position and every RNG, saved atomically, loaded
+safely, on one process or several.
 
-``last.pt`` is rewritten at every epoch end (and every ``checkpoint_every`` steps); ``best.pt``
-when the selection metric improves. Each has a ``.sha256`` sidecar (``artifacts.py``) and, for
-``trainer.resume``, the run's resolved config (``resume.py`` compares it). ``read_checkpoint``
-verifies the checksum, then loads with ``torch.load(weights_only=True)``: checkpoints hold only
-tensors and plain Python containers, never pickled objects. Whatever goes wrong (a changed or
-truncated file, a pickle a weights-only load refuses, a payload without its parts) raises
-``CorruptFileError`` naming the file and what to do; it never suggests ``weights_only=False``,
-since a run folder may come from anyone.
+``last.pt`` is rewritten at every epoch end (and every ``checkpoint_every`` steps); ``best.pt`` when
+the selection metric improves. Each has a ``.sha256`` sidecar (``artifacts.py``) and, for
+``trainer.resume``, the run's resolved config (``resume_config.py`` compares it).
+``read_checkpoint`` verifies the checksum, then loads with ``torch.load(weights_only=True)``:
+checkpoints hold only tensors and plain Python containers, never pickled objects. Whatever goes
+wrong (a changed or truncated file, a pickle a weights-only load refuses, a payload without its
+parts) raises ``CorruptFileError`` naming the file and what to do; it never suggests
+``weights_only=False``, since a run folder may come from anyone.
+
+A single process saves and loads the payload as it is (``save_run``, ``restore_run``). Under
+DDP rank 0 alone writes, but the payload carries every rank's RNG state (``rank_rng``) so each
+rank's dropout stream continues where it stopped; on restore rank 0 reads the file and
+broadcasts it, so the other ranks need no shared file system. Whether a checkpoint may be
+resumed under the current config is ``resume_config.py``: a concept of its own (which keys
+may change), and together the two would pass 400 lines.
 """
 
 from __future__ import annotations
@@ -22,11 +30,20 @@ from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import DictConfig
 
+from foldexp.train import distributed as dd
 from foldexp.train.artifacts import CorruptFileError, atomic_write, verify_file
+from foldexp.train.resume_config import refuse_changes, run_config
 
 __all__ = [
+    "LAST_ADVICE",
     "CorruptFileError",
+    "check_resume",
+    "load_best",
+    "restore_run",
+    "save_run",
+    "seed_rank",
     "save_checkpoint",
     "load_checkpoint",
     "load_payload",
@@ -35,6 +52,15 @@ __all__ = [
     "set_rng_state",
     "seed_everything",
 ]
+
+
+LAST_ADVICE = (
+    "Restore it from a backup; or copy checkpoints/best.pt and best.pt.sha256 over last.pt and "
+    "last.pt.sha256 to go on from the best epoch; or start afresh in this folder with "
+    "trainer.resume=false trainer.overwrite=true"
+)
+
+_NEED = ("model", "optimizer", "progress", "rng")
 
 
 def seed_everything(seed: int) -> None:
@@ -179,3 +205,92 @@ def load_checkpoint(
     if restore_rng:
         set_rng_state(payload["rng"])
     return payload["progress"]
+
+
+# ---------------------------------------------------------------------- a run's checkpoints
+
+
+def check_resume(path: Path, cfg: DictConfig) -> None:
+    """Refuses (``ResumeConfigError``) to resume ``path`` under a config that changes what it
+    trains, or (``CorruptFileError``) a damaged checkpoint; nothing when ``path`` is absent."""
+    if path.exists():
+        payload = read_checkpoint(path, LAST_ADVICE, _NEED)
+        refuse_changes(path, payload.get("config"), run_config(cfg))
+
+
+def save_run(
+    ctx: dd.DistContext,
+    path: Path,
+    model: torch.nn.Module,
+    optimizer: Any,
+    progress: dict[str, Any],
+    states: dict[str, Any],
+    config: dict[str, Any] | None = None,
+) -> None:
+    """Writes ``path`` atomically; under DDP every rank must call it (the RNGs are gathered)."""
+    if not ctx.enabled:
+        save_checkpoint(path, model, optimizer, progress, states, config)
+        return
+    rngs = dd.all_gather(ctx, rng_state())
+    if ctx.is_main:
+        save_checkpoint(path, model, optimizer, {**progress, "rank_rng": rngs}, states, config)
+
+
+def _read_on_main(ctx: dd.DistContext, path: Path) -> dict[str, Any] | None:
+    """Rank 0 reads ``path`` and every rank gets the payload, or the same error."""
+    payload: Any = None
+    if ctx.is_main and path.exists():
+        try:
+            payload = read_checkpoint(path, LAST_ADVICE, _NEED)
+        except CorruptFileError as exc:
+            payload = exc
+    payload = dd.broadcast(ctx, payload)
+    if isinstance(payload, Exception):
+        raise payload
+    return payload
+
+
+def restore_run(
+    ctx: dd.DistContext,
+    path: Path,
+    model: torch.nn.Module,
+    optimizer: Any,
+    states: dict[str, Any],
+    config: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """Loads ``path`` (model, optimizer, RNGs) if it exists; returns the saved progress.
+
+    With ``config``, first refuses a checkpoint whose run was configured otherwise
+    (``ResumeConfigError``). Each rank takes back its own RNG state; after a checkpoint from
+    another number of processes the ranks above 0 keep their fresh seeds.
+    """
+    payload = _read_on_main(ctx, path)
+    if payload is None:
+        return None
+    if config is not None:
+        refuse_changes(path, payload.get("config"), config)
+    load_payload(path, payload, model, optimizer, states)
+    progress = payload["progress"]
+    rngs = progress.pop("rank_rng", None)
+    if not ctx.enabled:
+        set_rng_state(payload["rng"])
+    elif rngs and len(rngs) == ctx.world_size:
+        set_rng_state(rngs[ctx.rank])
+    elif not ctx.rank:
+        set_rng_state(payload["rng"])
+    return progress
+
+
+def seed_rank(seed: int, rank: int) -> None:
+    """Each rank its own dropout masks; rank 0 keeps the single-process stream."""
+    seed_everything(int(np.random.SeedSequence([seed, rank]).generate_state(1)[0]))
+
+
+def load_best(ctx: dd.DistContext, path: Path, model: torch.nn.Module) -> None:
+    """Loads the weights of ``path`` (``best.pt``) into ``model``; under DDP rank 0 reads the
+    file and every rank gets its weights."""
+    if not ctx.enabled:
+        load_checkpoint(path, model, restore_rng=False)
+        return
+    best = read_checkpoint(path)["model"] if ctx.is_main else None
+    model.load_state_dict(dd.broadcast(ctx, best))

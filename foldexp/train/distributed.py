@@ -1,31 +1,19 @@
-"""Data-parallel training on ``torch.distributed``: process groups, DDP, spawn, collectives.
+"""Data-parallel training on ``torch.distributed``: DDP, collectives and per-step bookkeeping.
 
-Three ways to get N ranks, one code path once they run (``run_train`` on every rank):
-
-- ``trainer.strategy=ddp trainer.processes=N``: ``spawn`` starts N local processes with
-  ``torch.multiprocessing`` on a free loopback port; the calling process only waits.
-- ``torchrun ... -m foldexp train trainer.strategy=ddp`` (one node or many): torchrun sets
-  ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT``; ``processes`` is
-  ignored.
-- a submitit job with several tasks (``hydra/launcher=submitit_slurm
-  hydra.launcher.tasks_per_node=N``): ``export_submitit_env`` translates the job's tasks into
-  the same variables with submitit's own helper.
-
-The backend follows the device: ``nccl`` on CUDA (one GPU per local rank), ``gloo`` on CPU.
-Rank 0 alone logs and writes files; the collectives here are per epoch or per checkpoint, never
-per step (the only per-step communication is DDP's gradient all-reduce).
+Once the ranks run (``launch.py`` gets them: ``spawn``, torchrun, submitit), every rank runs
+the same training loop; ``StepBook`` is the loop's one door to DDP. On a single process it adds
+each batch's outputs to the epoch's sums and does nothing else. Under DDP it wraps the model,
+weights each rank's loss by its share of the global batch (so DDP's averaged gradient is the
+single-process gradient), times each step (``BucketClock``) and keeps the rank's sums and step
+rows in a ``RankLedger`` that is merged where every rank is at the same step (checkpoints,
+epoch ends). Rank 0 alone logs and writes files; the collectives here are per epoch or per
+checkpoint, never per step (the only per-step communication is DDP's gradient all-reduce).
 """
 
 from __future__ import annotations
 
-import copy
 import logging
-import os
-import signal
-import socket
-import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +21,6 @@ from typing import Any
 import pandas as pd
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig, OmegaConf
 
 __all__ = [
     "STRATEGIES",
@@ -44,12 +31,9 @@ __all__ = [
     "DistContext",
     "all_gather",
     "broadcast",
-    "export_submitit_env",
+    "StepBook",
+    "check_global_batch",
     "imbalance_summary",
-    "launched_world_size",
-    "setup",
-    "spawn",
-    "teardown",
     "wrap",
 ]
 
@@ -74,51 +58,6 @@ class DistContext:
     @property
     def enabled(self) -> bool:
         return self.world_size > 1
-
-
-def launched_world_size() -> int:
-    """``WORLD_SIZE`` set by torchrun, ``spawn`` or ``export_submitit_env``; 1 when unset."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def export_submitit_env() -> bool:
-    """Inside a submitit job of several tasks, exports ``RANK``, ``WORLD_SIZE``, … for env://.
-
-    Returns whether it did. ``CUDA_VISIBLE_DEVICES`` is left alone: ``setup`` picks
-    ``cuda:LOCAL_RANK`` as under torchrun.
-    """
-    if "SUBMITIT_EXECUTOR" not in os.environ or "RANK" in os.environ:
-        return False
-    import submitit
-
-    if submitit.JobEnvironment().num_tasks <= 1:
-        return False
-    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-    return True
-
-
-def setup(device: torch.device) -> tuple[DistContext, torch.device]:
-    """Joins the process group the environment describes; returns the context and the device.
-
-    ``device`` is the configured one; on CUDA each local rank takes ``cuda:LOCAL_RANK``.
-    """
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if device.type == "cuda":
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, rank=rank, world_size=world)
-    ctx = DistContext(rank, world, local_rank, backend)
-    if not ctx.is_main:
-        # Only rank 0 reports; the others keep their warnings and errors.
-        logging.getLogger().setLevel(logging.WARNING)
-    return ctx, device
-
-
-def teardown() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def wrap(model: torch.nn.Module, find_unused_parameters: bool) -> torch.nn.Module:
@@ -148,103 +87,6 @@ def all_gather(ctx: DistContext, obj: Any) -> list[Any]:
     out: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(out, obj)
     return out
-
-
-# --- spawning local processes -------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _logging_spec() -> dict[str, Any]:
-    """The root logger's handlers as plain data, so spawned ranks log where the parent does."""
-    root = logging.getLogger()
-    handlers = []
-    for h in root.handlers:
-        fmt = h.formatter._fmt if h.formatter else None
-        datefmt = h.formatter.datefmt if h.formatter else None
-        if isinstance(h, logging.FileHandler):
-            handlers.append({"file": h.baseFilename, "fmt": fmt, "datefmt": datefmt})
-        elif isinstance(h, logging.StreamHandler):
-            name = "stderr" if h.stream is sys.__stderr__ or h.stream is sys.stderr else "stdout"
-            handlers.append({"stream": name, "fmt": fmt, "datefmt": datefmt})
-    return {"level": root.level, "handlers": handlers}
-
-
-def _configure_logging(spec: dict[str, Any], rank: int) -> None:
-    root = logging.getLogger()
-    root.setLevel(spec["level"] or logging.INFO)
-    for h in spec["handlers"]:
-        if rank and "file" in h:
-            continue  # one log file, written by rank 0
-        handler: logging.Handler = (
-            logging.FileHandler(h["file"], mode="a")
-            if "file" in h
-            else logging.StreamHandler(getattr(sys, h["stream"]))
-        )
-        fmt = h["fmt"] or "%(message)s"
-        handler.setFormatter(
-            logging.Formatter(f"[rank {rank}]{fmt}" if rank else fmt, h["datefmt"])
-        )
-        root.addHandler(handler)
-
-
-def _die_with_parent(parent: int) -> None:
-    """A rank must not outlive the process that spawned it (e.g. after ``kill -9``): an orphan
-    would go on training and overwrite the checkpoints of the run that resumes."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
-
-
-def _rank_main(
-    rank: int,
-    fn: Callable[[DictConfig], Any],
-    cfg: DictConfig,
-    world: int,
-    port: int,
-    log_spec: dict[str, Any],
-    parent: int,
-) -> None:
-    _die_with_parent(parent)
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(world),
-    )
-    _configure_logging(log_spec, rank)
-    fn(cfg)
-
-
-def spawn(fn: Callable[[DictConfig], Any], cfg: DictConfig, processes: int) -> None:
-    """Runs ``fn(cfg)`` in ``processes`` new local processes as ranks 0..N-1 and waits.
-
-    If one rank fails, torch stops the others and raises its traceback here. Interpolations
-    (Hydra's run folder, ``now``) are resolved first: the new processes have no Hydra.
-    """
-    import torch.multiprocessing as mp
-
-    cfg = copy.deepcopy(cfg)
-    OmegaConf.resolve(cfg)
-    port = _free_port()
-    log.info("spawning %d ranks, rendezvous at 127.0.0.1:%d", processes, port)
-    mp.start_processes(
-        _rank_main,
-        args=(fn, cfg, processes, port, _logging_spec(), os.getpid()),
-        nprocs=processes,
-        join=True,
-        start_method="spawn",
-    )
 
 
 # --- per-rank step timing -----------------------------------------------------------------
@@ -385,3 +227,87 @@ def imbalance_summary(rows: list[dict[str, Any]]) -> dict[str, float]:
         "node_imbalance": sum(node_ratio) / max(1, len(node_ratio)),
         "sync_wait_share": sum(r["wait_s"] for r in rows) / total if total else 0.0,
     }
+
+
+# --- the training loop's door to DDP ------------------------------------------------------
+
+
+def check_global_batch(ctx: DistContext, batch_size: int) -> None:
+    """``trainer.batch_size`` is the global batch: it must give every rank an example."""
+    if ctx.enabled and batch_size < ctx.world_size:
+        raise ValueError(
+            f"trainer.batch_size={batch_size} is the global batch; it must hold at least one "
+            f"example per process ({ctx.world_size})"
+        )
+
+
+class StepBook:
+    """What the training loop does differently under DDP, behind one interface.
+
+    ``net`` is what the loop calls (the DDP wrapper, or the model itself); ``backward`` weights
+    this rank's loss by its share of the global batch; ``record`` adds a step's outputs to the
+    epoch's sums (``progress['epoch_sums']``, ``['epoch_n']``) at once on a single process, or
+    to the rank's ledger with the step's timings; ``sync`` merges the ledgers (every rank must
+    call it at the same step); ``end_epoch`` adds rank 0's imbalance figures to the epoch's row
+    and gives every rank that row, so all take the same early-stopping decisions.
+    """
+
+    def __init__(
+        self, ctx: DistContext, model: torch.nn.Module, find_unused: bool, csv: Path, fresh: bool
+    ) -> None:
+        self.ctx = ctx
+        self.net: torch.nn.Module = model
+        self.clock: BucketClock | None = None
+        self.ledger: RankLedger | None = None
+        if ctx.enabled:
+            self.net = wrap(model, find_unused)
+            self.clock = BucketClock(self.net)
+            self.ledger = RankLedger(ctx, csv, fresh=fresh)
+
+    def backward(self, loss: torch.Tensor, shard: Any) -> None:
+        if self.ctx.enabled:
+            # DDP averages over ranks: weighting by this rank's share of the examples makes
+            # the average the gradient of the loss over the whole global batch.
+            (loss * (self.ctx.world_size * shard.examples / shard.total)).backward()
+        else:
+            loss.backward()
+
+    def record(
+        self,
+        progress: dict[str, Any],
+        out: dict[str, Any],
+        size: int,
+        shard: Any,
+        times: tuple[float, float, float, float, float],
+    ) -> None:
+        """``times``: when the batch was ready to be asked for, forward began, forward ended,
+        backward (with the all-reduce) ended, and the optimizer step ended."""
+        if self.ledger is None:
+            progress["epoch_n"] += size
+            accumulate(progress["epoch_sums"], out, size)
+            return
+        t_ready, t0, t1, t2, t3 = times
+        ready = self.clock.ready if self.clock and self.clock.ready > t1 else t2
+        row = {
+            "epoch": progress["epoch"],
+            "step": progress["step"],
+            "examples": shard.examples,
+            "nodes": shard.nodes,
+            "data_s": t0 - t_ready,
+            "forward_s": t1 - t0,
+            "backward_s": ready - t1,  # until this rank's last gradient bucket
+            "wait_s": t2 - ready,  # for the all-reduce: the other ranks, the transfer
+            "optim_s": t3 - t2,
+            "step_s": t3 - t_ready,
+        }
+        self.ledger.add(out, size, row)
+
+    def sync(self, progress: dict[str, Any]) -> None:
+        if self.ledger is not None:
+            self.ledger.sync(progress)
+
+    def end_epoch(self, row: dict[str, Any]) -> dict[str, Any]:
+        if self.ledger is None:
+            return row
+        row.update(self.ledger.end_epoch())
+        return broadcast(self.ctx, row)

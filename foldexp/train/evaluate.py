@@ -8,25 +8,19 @@ row is the best so far by ``trainer.select_metric``.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from omegaconf import DictConfig
-from tqdm import tqdm
 
 from foldexp.train import distributed as dd
 from foldexp.train.loaders import RunLoaders
+from foldexp.train.loggers import progress_bar
 from foldexp.train.sampler import ShardedBatchSampler
 from foldexp.validate import plain
 
-__all__ = ["evaluate", "improves", "progress_bar"]
-
-
-def progress_bar(it: Iterable[Any], enabled: bool, **kw: Any) -> Any:
-    """A tqdm bar over ``it``, shown only when ``enabled`` and stderr is a terminal."""
-    return tqdm(it, disable=not (enabled and sys.stderr.isatty()), leave=False, **kw)
+__all__ = ["evaluate", "improves"]
 
 
 def evaluate(

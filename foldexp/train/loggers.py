@@ -6,7 +6,7 @@ from it; ``logger=tensorboard`` writes TensorBoard event files under ``<run>/ten
 text); ``logger=[csv,tensorboard]`` does both and ``logger=none`` neither (``results.json`` and
 the checkpoints are written in any case). ``ProgressLog`` writes a line every
 ``trainer.log_every_s`` seconds inside an epoch when stderr is not a terminal (a batch job's log
-file), where tqdm's bar is silent, so a log is never quiet for minutes.
+file), where tqdm's bar (``progress_bar``) is silent, so a log is never quiet for minutes.
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
 
-__all__ = ["RunLoggers", "ProgressLog"]
+__all__ = ["RunLoggers", "ProgressLog", "progress_bar"]
 
 log = logging.getLogger("foldexp.train")
 
@@ -102,3 +103,8 @@ class ProgressLog:
                 loss,
                 rate,
             )
+
+
+def progress_bar(it: Iterable[Any], enabled: bool, **kw: Any) -> Any:
+    """A tqdm bar over ``it``, shown only when ``enabled`` and stderr is a terminal."""
+    return tqdm(it, disable=not (enabled and sys.stderr.isatty()), leave=False, **kw)

@@ -1,10 +1,10 @@
 """Checks a run can only make after reading its data, made before the first training step.
 
 The schema checks every key's range when the config is composed (``foldexp.validate``); what
-depends on the data waits for it, but not for a whole epoch: empty splits, pretrained vectors of
-another width than the model's embeddings, and a selection metric that the model does not
-report (found by scoring one small dev batch, with every RNG put back afterwards so the run is
-the same as without the check).
+depends on the data waits for it, but not for a whole epoch: empty splits and a selection metric
+that the model does not report (found by scoring one small dev batch, with every RNG put back
+afterwards so the run is the same as without the check). Whether the dataset's pretrained
+vectors fit the model is checked where the two meet (``foldexp.experiments.build``).
 """
 
 from __future__ import annotations
@@ -24,21 +24,14 @@ _PROBE_EXAMPLES = 8  # dev examples scored to learn the model's metric names
 
 
 def check_bundle(bundle: Any, cfg: DictConfig) -> None:
-    """Fails before the model is built when a split is empty or vectors have the wrong width."""
+    """Fails before the model is built when a split is empty (whether the dataset's vectors fit
+    the model is ``foldexp.experiments.build.check_vectors``)."""
     for split in ("train", "dev", "test"):
         if not len(getattr(bundle, split)):
             raise ConfigError(
                 f"dataset {cfg.dataset.get('name', '')}: the {split} split is empty "
                 f"({bundle.sizes()}); check dataset.limit, the split fractions or the files"
             )
-    embeddings = bundle.info.get("embeddings")
-    embed_size = cfg.model.get("embed_size")
-    if embeddings is not None and embed_size is not None and embeddings.shape[1] != embed_size:
-        raise ConfigError(
-            f"dataset.word_vectors={cfg.dataset.get('word_vectors')} holds "
-            f"{embeddings.shape[1]}-d vectors but model.embed_size={embed_size}; set "
-            f"model.embed_size={embeddings.shape[1]} or use vectors of width {embed_size}"
-        )
 
 
 def resolve_selection(model: Any, bundle: Any, cfg: DictConfig) -> tuple[str, str]:

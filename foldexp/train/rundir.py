@@ -38,7 +38,7 @@ from omegaconf import DictConfig
 
 from foldexp.train import distributed as dd
 from foldexp.train.artifacts import CHECKSUM_SUFFIX, plot_curves, write_metrics_csv
-from foldexp.train.resume import check_resume
+from foldexp.train.checkpoint import check_resume
 
 try:
     import fcntl

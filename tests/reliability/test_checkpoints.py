@@ -30,7 +30,7 @@ from foldexp.train.artifacts import (
 )
 from foldexp.train.checkpoint import read_checkpoint
 from foldexp.train.loop import run_train
-from foldexp.train.resume import ResumeConfigError, config_changes
+from foldexp.train.resume_config import ResumeConfigError, config_changes
 
 TINY = [
     "dataset.n=60",

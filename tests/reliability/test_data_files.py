@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from foldexp.analysis.report import collect_results
 from foldexp.data import fetch
 from foldexp.data.cli import main
 from foldexp.data.errors import DataWarning, FetchError, FormatError, TreeParseError
@@ -22,7 +23,6 @@ from foldexp.data.jsonfile import read_json
 from foldexp.data.sst import load_sst, read_sst_file
 from foldexp.data.vocab import Vocabulary
 from foldexp.data.wordvec import align_word_vectors, read_word_vectors, word_vector_width
-from foldexp.train.report import collect_results
 
 TREES = {
     "train": "(3 (2 It) (4 (2 is) (4 good)))\n(1 (2 Not) (1 good))\n",

@@ -56,9 +56,9 @@ def run(finished: Path, tmp_path: Path) -> Path:
 def test_resume_rewrites_metrics_csv_a_kill_left_short(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import foldexp.train.loop as loop
+    import foldexp.train.fit as fit
 
-    real, calls = loop.write_metrics_csv, []
+    real, calls = fit.write_metrics_csv, []
 
     def killed_on_second(path: Path, rows: list) -> Path:
         calls.append(len(rows))
@@ -66,7 +66,7 @@ def test_resume_rewrites_metrics_csv_a_kill_left_short(
             raise KeyboardInterrupt
         return real(path, rows)
 
-    monkeypatch.setattr(loop, "write_metrics_csv", killed_on_second)
+    monkeypatch.setattr(fit, "write_metrics_csv", killed_on_second)
     with pytest.raises(KeyboardInterrupt):
         run_train(compose_config([*TINY, "trainer.epochs=2"], tmp_path))
     monkeypatch.undo()

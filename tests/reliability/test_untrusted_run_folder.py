@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from foldexp.analysis.ensemble import run_ensemble
+from foldexp.analysis.evaluate_run import run_eval
+from foldexp.analysis.predict import run_predict
 from foldexp.train.app import compose_config
 from foldexp.train.artifacts import write_json
-from foldexp.train.ensemble import run_ensemble
-from foldexp.train.eval_run import run_eval
 from foldexp.train.loop import run_train
-from foldexp.train.predict import run_predict
 from foldexp.validate import ConfigError
 
 TINY = [

@@ -1,7 +1,7 @@
 """The layers stay visible: no module imports from a layer above its own.
 
-types, kernels → blocks → compiler → executor → models → train / bench → cli; ``foldexp.data``
-is a leaf that imports nothing else from foldexp.
+types, kernels → blocks → compiler → executor → models → experiments → train → analysis / bench
+→ cli; ``foldexp.data`` is a leaf that imports nothing else from foldexp.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import foldexp
 ROOT = Path(foldexp.__file__).parent
 RANK = {
     "types": 0, "kernels": 0, "blocks": 1, "compiler": 2, "executor": 3, "testing": 4, "models": 4,
-    "data": 4, "config": 5, "train": 5, "bench": 5, "demo": 5, "cli": 6, "__main__": 6,
-    "__init__": 3, "conf": 5, "validate": 5,
+    "data": 4, "config": 5, "experiments": 5.2, "train": 5.5, "analysis": 5.7, "bench": 5.7,
+    "demo": 5, "cli": 6, "__main__": 6, "__init__": 3, "conf": 5, "validate": 5,
 }  # fmt: skip
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from foldexp.analysis.evaluate_run import run_eval
+from foldexp.analysis.predict import run_predict
+from foldexp.experiments.build import build_dataset
 from foldexp.train.app import compose_config
-from foldexp.train.build import build_dataset
-from foldexp.train.eval_run import run_eval
 from foldexp.train.loop import run_train
-from foldexp.train.predict import run_predict
 
 SMALL = [
     "experiment=esol_weave",

@@ -11,12 +11,8 @@ import numpy as np
 import pytest
 
 from foldexp.data.errors import DataWarning, FormatError, MoleculeError
-from foldexp.data.molecules import (
-    check_molecule_csv,
-    load_molecule_csv,
-    read_csv_column,
-    sniff_delimiter,
-)
+from foldexp.data.molecule_csv import read_csv_column, sniff_delimiter
+from foldexp.data.molecules import check_molecule_csv, load_molecule_csv
 from foldexp.data.splits import column_split
 from foldexp.models.scores import average_precision, roc_auc
 

@@ -14,13 +14,13 @@ import torch.nn.functional as F
 
 from foldexp.data.sst import load_sst
 from foldexp.data.vocab import Vocabulary
+from foldexp.experiments.datasets import sst
+from foldexp.models.distill import teacher_targets
 from foldexp.models.tree_lstm import TreeLSTMClassifier
 from foldexp.train.app import compose_config
 from foldexp.train.checkpoint import seed_everything
-from foldexp.train.datasets import sst
-from foldexp.train.distill import teacher_targets
-from foldexp.train.ensemble import find_runs, load_run_model
 from foldexp.train.loop import run_train
+from foldexp.train.runs import RunSetup, find_runs, load_run_model, prepare_for_training
 
 
 @pytest.fixture
@@ -34,11 +34,7 @@ def test_targets_are_the_teachers_mean_prediction_for_each_subtree(
     teachers: Path, sst_data_dir: Path
 ) -> None:
     trees = sst(str(sst_data_dir), view="fine", neutral_nodes=True).train
-    seed_everything(5)
-    targets = teacher_targets([teachers], trees)
-    after = torch.rand(3)
-    seed_everything(5)
-    assert torch.equal(torch.rand(3), after)  # the caller's RNG is left where it was
+    targets = teacher_targets([teachers], RunSetup(trees, 256))
 
     nodes = {node for tree in trees for node in tree.nodes()}
     assert set(targets) == nodes
@@ -50,6 +46,17 @@ def test_targets_are_the_teachers_mean_prediction_for_each_subtree(
         with torch.no_grad():
             alone = [m.root_probabilities(m.collate([node]))[0] for m in models]
         np.testing.assert_allclose(targets[node], torch.stack(alone).mean(0), atol=1e-6)
+
+
+def test_the_training_hook_leaves_the_rng_where_it_was(teachers: Path, sst_data_dir: Path) -> None:
+    trees = sst(str(sst_data_dir), view="fine", neutral_nodes=True).train
+    model = TreeLSTMClassifier(Vocabulary.from_trees(trees), 5, 4, 4, teacher=[str(teachers)])
+    seed_everything(5)
+    prepare_for_training(model, RunSetup(trees, 256))  # builds the teachers: draws from the RNG
+    after = torch.rand(3)
+    seed_everything(5)
+    assert torch.equal(torch.rand(3), after)  # the caller's RNG is left where it was
+    assert len(model._soft_targets) == len({node for tree in trees for node in tree.nodes()})
 
 
 def test_student_loss_mixes_soft_and_gold_targets(sst_data_dir: Path) -> None:
@@ -93,8 +100,9 @@ def test_bad_teachers_are_refused(teachers: Path, sst_overrides, tmp_path: Path)
         run_train(compose_config(other, tmp_path / "binary"))
 
 
-def test_distill_preset_needs_its_teachers(tmp_path: Path) -> None:
-    cfg = compose_config(["experiment=sst_treelstm_fold_distill"], tmp_path)
-    cfg.paths.data_dir = str(tmp_path / "no_data_here")  # reading data would fail otherwise
+def test_distill_preset_needs_its_teachers(sst_overrides, tmp_path: Path) -> None:
+    preset = compose_config(["experiment=sst_treelstm_fold_distill"], tmp_path)
+    assert list(preset.model.teacher) == []  # the preset leaves its teachers to the user
+    cfg = compose_config(sst_overrides("model.teacher=[]"), tmp_path)
     with pytest.raises(ValueError, match=r"model.teacher=\[\] names no teacher"):
         run_train(cfg)

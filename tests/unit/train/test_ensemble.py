@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from foldexp.analysis.ensemble import run_ensemble
 from foldexp.cli import main
 from foldexp.data.sst import load_sst
 from foldexp.data.vocab import Vocabulary
 from foldexp.models.tree_lstm import TreeLSTMClassifier
 from foldexp.train.app import compose_config
-from foldexp.train.ensemble import run_ensemble
 from foldexp.train.loop import run_train
 
 

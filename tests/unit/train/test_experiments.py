@@ -14,15 +14,15 @@ import torch
 
 import foldexp.blocks as fb
 from foldexp.data import NO_LABEL
+from foldexp.experiments import datasets
+from foldexp.experiments.molecule_data import molecules_csv
 from foldexp.models import paper
 from foldexp.models.attention import AttentionRegressor, attention_network
 from foldexp.models.sequence import sentence_lstm
 from foldexp.models.weave import WeaveRegressor, weave_atoms, weave_network
 from foldexp.testing import check_block
-from foldexp.train import datasets
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
-from foldexp.train.molecule_data import molecules_csv
 
 EXPERIMENTS = [
     "sst_lstm",

@@ -16,12 +16,12 @@ import pytest
 import torch
 
 from foldexp.data.errors import DatasetNotFoundError, DataWarning, MoleculeError
+from foldexp.experiments.molecule_data import molecule_inputs, molecules_csv
 from foldexp.models.scores import average_precision, roc_auc
 from foldexp.models.weave import WeaveModel, WeaveRegressor
 from foldexp.train import distributed as dd
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
-from foldexp.train.molecule_data import molecule_inputs, molecules_csv
 from foldexp.validate import ConfigError
 
 SMILES = [

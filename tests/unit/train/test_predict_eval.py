@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from foldexp.analysis.evaluate_run import run_eval
+from foldexp.analysis.predict import run_predict
 from foldexp.cli import main as cli_main
 from foldexp.train.app import compose_config
-from foldexp.train.eval_run import run_eval
 from foldexp.train.loop import run_train
-from foldexp.train.predict import run_predict
 from foldexp.validate import ConfigError
 
 SMILES = [

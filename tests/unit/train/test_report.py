@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from foldexp.train.report import run_report
+from foldexp.analysis.report import run_report
 
 
 def _run(root: Path, name: str, seed: int, acc: float, overrides: list[str]) -> None:

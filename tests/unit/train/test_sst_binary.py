@@ -63,7 +63,7 @@ def test_predict_classes_must_fit_the_classes(sst_data_dir: Path) -> None:
 
 
 def test_bundle_classes_follow_the_view(sst_data_dir: Path) -> None:
-    from foldexp.train.datasets import sst
+    from foldexp.experiments.datasets import sst
 
     assert sst(str(sst_data_dir), view="fine", neutral_nodes=True).info["num_classes"] == 5
     binary = sst(str(sst_data_dir), view="binary", neutral_nodes=True).info

@@ -15,10 +15,10 @@ import torch
 
 from foldexp.data.errors import FormatError
 from foldexp.data.sequences import read_text_csv, tokenize
+from foldexp.experiments.text_data import text_csv, text_inputs
 from foldexp.models.sequence import SequenceLSTMClassifier
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
-from foldexp.train.text_data import text_csv, text_inputs
 from foldexp.validate import ConfigError
 
 ROWS = [
@@ -105,7 +105,7 @@ def test_invalid_rows_are_refused_naming_the_line_or_skipped_with_a_warning(
     path = _csv(tmp_path / "r.csv", rows, "text,label")
     with pytest.raises(FormatError, match=r"r.csv:5: empty text in column 'text'.*on_invalid=skip"):
         text_csv(str(path))
-    with caplog.at_level(logging.WARNING, logger="foldexp.train.text_data"):
+    with caplog.at_level(logging.WARNING, logger="foldexp.experiments.text_data"):
         bundle = text_csv(str(path), on_invalid="skip", fractions=[1.0, 0.0, 0.0])
     assert len(bundle.train) == len(ROWS)
     (record,) = [r for r in caplog.records if "skipped" in r.getMessage()]

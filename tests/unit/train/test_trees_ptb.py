@@ -14,17 +14,13 @@ import torch
 from foldexp.data.errors import FormatError
 from foldexp.data.sst import load_sst
 from foldexp.data.trees import NO_LABEL, Tree
+from foldexp.experiments import datasets
+from foldexp.experiments.tree_data import sst_options, trees_ptb
+from foldexp.experiments.tree_files import collapse_unary_chains
+from foldexp.experiments.tree_inputs import right_branching, tree_inputs
 from foldexp.models.tree_lstm import TreeLSTMClassifier
-from foldexp.train import datasets
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
-from foldexp.train.tree_data import (
-    collapse_unary_chains,
-    right_branching,
-    sst_options,
-    tree_inputs,
-    trees_ptb,
-)
 from foldexp.validate import ConfigError
 
 # Three classes, binary trees; -1 marks a node without a label.

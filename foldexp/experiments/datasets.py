@@ -117,13 +117,13 @@ def sst(
     name: str = "sst",
 ) -> DataBundle:
     """SST trees under ``data_dir/sst``, in the fine or binary view: the ``trees_ptb`` builder
-    (``foldexp.train.tree_data``) with SST's relabelling (``tree_data.sst_options``).
+    (``foldexp.experiments.tree_data``) with SST's relabelling (``tree_data.sst_options``).
 
     ``vector_vocab``: with ``word_vectors``, dev/test words that have a vector get their own row.
     ``neutral_nodes`` (binary view; no effect on the fine view): neutral phrases train a third
     class, as Tai et al. (2015); the model predicts among the first two only (``predict_classes``).
     """
-    from foldexp.train.tree_data import sst_options, trees_ptb
+    from foldexp.experiments.tree_data import sst_options, trees_ptb
 
     return trees_ptb(
         str(_sst_folder(data_dir)),
@@ -172,7 +172,8 @@ def sst_sentences(
     model sees the sentence, not its phrases.
     """
     from foldexp.data import sequences
-    from foldexp.train.tree_data import load_tree_splits, sst_options
+    from foldexp.experiments.tree_data import sst_options
+    from foldexp.experiments.tree_files import load_tree_splits
 
     options = sst_options(view, neutral_nodes=False)
     data = load_tree_splits(

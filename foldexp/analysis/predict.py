@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from foldexp.blocks import InputError
 from foldexp.train.artifacts import write_text
-from foldexp.train.build import TrainedRun, load_trained
+from foldexp.train.runs import TrainedRun, load_trained
 
 __all__ = ["run_predict", "read_inputs", "input_reader"]
 
@@ -38,18 +38,18 @@ def input_reader(run: TrainedRun) -> tuple[str | None, Callable[[list[str]], Par
     dataset = run.config["dataset"]
     target = str(dataset.get("_target_", ""))
     if "smiles_column" in dataset:
-        from foldexp.train.molecule_data import molecule_inputs
+        from foldexp.experiments.molecule_data import molecule_inputs
 
         return str(dataset["smiles_column"]), molecule_inputs
     if "text_column" in dataset:
-        from foldexp.train.text_data import text_inputs
+        from foldexp.experiments.text_data import text_inputs
 
         def texts(values: list[str]) -> Parsed:
             return text_inputs(values, dataset.get("tokenizer", "whitespace"), dataset["lowercase"])
 
         return str(dataset["text_column"]), texts
     if target.endswith(("trees_ptb", ".sst")):
-        from foldexp.train.tree_data import tree_inputs
+        from foldexp.experiments.tree_inputs import tree_inputs
 
         def trees(lines: list[str]) -> Parsed:
             return tree_inputs(lines, collapse_unary=bool(dataset.get("collapse_unary", False)))

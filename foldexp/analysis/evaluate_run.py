@@ -1,12 +1,12 @@
 """``foldexp eval RUN_DIR [key=value …]``: scores a trained run on a split or another file.
 
-The run's model comes back from its folder (``build.load_trained``: the saved vocabulary, target
-statistics and best weights), the dataset from the run's own dataset config with the given
-overrides (``dataset.path=new.csv``, ``dataset.limit=100``, ``trainer.eval_batch_size=64``).
-Overrides are checked like a training config (ranges, unknown keys); the rebuilt dataset must
-describe the same task (classes, targets, features) as the one the model was trained on. The
-metrics go to ``eval.json`` (in the run folder, or ``--out``) and are returned.
-"""
+The run's model comes back from its folder (``foldexp.train.runs.load_trained``: the saved
+vocabulary, target statistics and best weights), the dataset from the run's own dataset config with
+the given overrides (``dataset.path=new.csv``, ``dataset.limit=100``,
+``trainer.eval_batch_size=64``). Overrides are checked like a training config (ranges, unknown
+keys); the rebuilt dataset must describe the same task (classes, targets, features) as the one the
+model was trained on. The metrics go to ``eval.json`` (in the run folder, or ``--out``) and are
+returned."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from foldexp.experiments.build import build_dataset
 from foldexp.train.artifacts import write_json
-from foldexp.train.build import build_dataset, load_trained
 from foldexp.train.evaluate import evaluate
+from foldexp.train.runs import load_trained
 from foldexp.validate import ConfigError, check_config
 
 __all__ = ["run_eval", "SPLITS"]

@@ -28,16 +28,16 @@ import numpy as np
 
 from foldexp.config import enum_value
 from foldexp.data.errors import MoleculeError
+from foldexp.data.molecule_csv import read_csv_column
 from foldexp.data.molecules import (
     FETCHABLE,
     MoleculeDataset,
     MoleculeGraph,
     load_molecule_csv,
     not_found,
-    read_csv_column,
 )
 from foldexp.data.splits import column_split, random_split, scaffold_split, take
-from foldexp.train.datasets import DataBundle
+from foldexp.experiments.datasets import DataBundle
 from foldexp.validate import ConfigError
 
 __all__ = ["molecules_csv", "molecule_inputs"]

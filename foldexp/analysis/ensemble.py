@@ -17,100 +17,19 @@ splits (a molecule split follows the run's seed) would mean nothing, and is refu
 
 from __future__ import annotations
 
-import json
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from foldexp.train.artifacts import read_verified_json, write_json, write_text
-from foldexp.train.build import build_dataset, build_model
-from foldexp.train.checkpoint import load_checkpoint
-from foldexp.validate import ConfigError, check_registered
+from foldexp.train.artifacts import write_json, write_text
+from foldexp.train.runs import dataset_key, find_runs, load_run_model, run_bundles
 
-__all__ = ["dataset_key", "find_runs", "load_run_model", "run_bundles", "run_ensemble"]
+__all__ = ["run_ensemble"]
 
 SPLITS = ("train", "dev", "test")
-
-
-def find_runs(
-    dirs: Sequence[str | Path], allow_targets: Sequence[str] = ()
-) -> list[tuple[Path, dict[str, Any]]]:
-    """Each run folder under ``dirs`` (one holding ``results.json`` and ``checkpoints/best.pt``)
-    with the resolved config its ``results.json`` records, sorted by seed, then path.
-
-    The folders are untrusted: a config naming a ``_target_`` outside foldexp's registry (and
-    ``allow_targets``) is refused before anything is built from it."""
-    paths: set[Path] = set()
-    for d in map(Path, dirs):
-        if not d.exists():
-            raise FileNotFoundError(f"foldexp ensemble: {d} does not exist")
-        paths.update(p.parent for p in d.rglob("results.json"))
-    if not paths:
-        raise FileNotFoundError(
-            f"foldexp ensemble: no results.json under {', '.join(map(str, dirs))}"
-        )
-    runs = []
-    for run in paths:
-        if not (run / "checkpoints" / "best.pt").exists():
-            raise FileNotFoundError(
-                f"foldexp ensemble: {run} has results.json but no checkpoints/best.pt"
-            )
-        results = read_verified_json(run / "results.json")
-        config = results.get("config") if isinstance(results, dict) else None
-        if not isinstance(config, dict) or "dataset" not in config or "model" not in config:
-            raise ConfigError(f"foldexp ensemble: {run / 'results.json'} has no resolved config")
-        check_registered(config, str(run / "results.json"), allowed=set(allow_targets))
-        runs.append((run, config))
-    return sorted(runs, key=lambda rc: (rc[1].get("seed", 0), str(rc[0])))
-
-
-def dataset_key(config: dict[str, Any]) -> str:
-    """The key of a run's dataset config in ``run_bundles``' mapping."""
-    return json.dumps(config["dataset"], sort_keys=True)
-
-
-def run_bundles(
-    runs: list[tuple[Path, dict[str, Any]]],
-    split: str,
-    mismatch: Callable[[Path, str], str],
-    expected: list[Any] | None = None,
-) -> tuple[dict[str, Any], list[Any]]:
-    """One dataset bundle per distinct dataset config of ``runs`` (by ``dataset_key``), and the
-    split's examples, which every bundle must give alike (and equal to ``expected`` if given).
-
-    A bundle that differs raises ``ValueError(mismatch(run, keys))``, ``keys`` naming the
-    ``dataset.*`` keys where its run's config differs from the first run's.
-    """
-    bundles: dict[str, Any] = {}
-    examples = expected
-    first = runs[0][1]
-    for run, config in runs:
-        if dataset_key(config) in bundles:
-            continue
-        bundle = bundles[dataset_key(config)] = build_dataset(config["dataset"])
-        if examples is None:
-            examples = list(getattr(bundle, split))
-        elif list(getattr(bundle, split)) != list(examples):
-            keys = ", ".join(
-                f"dataset.{k}" for k in _differences(config["dataset"], first["dataset"])
-            )
-            raise ValueError(mismatch(run, keys))
-    return bundles, list(examples or [])
-
-
-def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-
-
-def load_run_model(run: Path, config: dict[str, Any], bundle: Any) -> Any:
-    """The run's model, rebuilt from its resolved ``config`` over ``bundle`` (its dataset), with
-    the weights of ``checkpoints/best.pt``, in evaluation mode."""
-    model = build_model(config["model"], bundle.info)
-    load_checkpoint(run / "checkpoints" / "best.pt", model, restore_rng=False)
-    return model.eval()
 
 
 def _member_probabilities(

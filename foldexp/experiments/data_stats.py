@@ -20,30 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from foldexp.train.app import compose_config
-from foldexp.train.build import build_dataset
-from foldexp.validate import ConfigError
+from foldexp.experiments.build import build_dataset
 
 __all__ = ["KINDS", "dataset_stats", "import_files", "stats_rows"]
 
 KINDS = ("molecules_csv", "trees_ptb", "text_csv")
-
-
-def _dataset_config(kind: str, overrides: Sequence[str]) -> Any:
-    for item in overrides:
-        if "=" not in item:
-            raise ValueError(f"foldexp data: {item!r}: expected KEY=VALUE, e.g. path=FILE")
-    keys = [o.removeprefix("dataset.") for o in overrides]
-    # ~experiment: the default experiment's dataset keys belong to another dataset
-    base = ["~experiment", f"dataset={kind}"]
-    known = [k for k in compose_config(base).dataset if k != "_target_"]
-    for key in keys:
-        if key.split("=", 1)[0] not in known:
-            raise ConfigError(
-                f"dataset.{key.split('=', 1)[0]} is not a key of {kind}; its keys are "
-                + ", ".join(known)
-            )
-    return compose_config([*base, *(f"dataset.{k}" for k in keys)]).dataset
 
 
 def _example_sizes(example: Any) -> dict[str, float]:
@@ -91,11 +72,11 @@ def stats_rows(bundle: Any) -> tuple[pd.DataFrame, dict[str, dict[str, np.ndarra
     return table, samples
 
 
-def dataset_stats(kind: str, overrides: Sequence[str], out_dir: str | Path) -> int:
-    """Prints the split statistics of a dataset of one's own and saves ``OUT/KIND.png``."""
+def dataset_stats(kind: str, cfg: Any, out_dir: str | Path) -> int:
+    """Prints the split statistics of a dataset of one's own (``cfg``: its composed dataset
+    config, ``foldexp.train.app.compose_dataset_config``) and saves ``OUT/KIND.png``."""
     from foldexp.data.commands import markdown_table, save_histograms
 
-    cfg = _dataset_config(kind, overrides)
     table, samples = stats_rows(build_dataset(cfg))
     png = Path(out_dir) / f"{kind}.png"
     save_histograms(samples, f"{kind} ({cfg.get('path', '')})", png)
@@ -104,10 +85,10 @@ def dataset_stats(kind: str, overrides: Sequence[str], out_dir: str | Path) -> i
     return 0
 
 
-def import_files(kind: str, overrides: Sequence[str], data_dir: str | Path) -> int:
-    """Checks a dataset of one's own as training would, then copies its file(s) into
-    ``data_dir/kind/`` and prints the overrides that train on the copy."""
-    cfg = _dataset_config(kind, overrides)
+def import_files(kind: str, cfg: Any, overrides: Sequence[str], data_dir: str | Path) -> int:
+    """Checks a dataset of one's own as training would (``cfg``: its composed dataset config),
+    then copies its file(s) into ``data_dir/kind/`` and prints the overrides that train on the
+    copy (``overrides``: the ``key=value`` pairs ``cfg`` was composed from)."""
     bundle = build_dataset(cfg)
     source = Path(str(cfg.path))
     target = Path(data_dir) / kind / source.name

@@ -25,7 +25,7 @@ from foldexp.data.sequences import TextRow, read_text_csv, tokenize
 from foldexp.data.splits import random_split
 from foldexp.data.trees import NO_LABEL
 from foldexp.data.vocab import Vocabulary
-from foldexp.train.datasets import DataBundle, _pretrained
+from foldexp.experiments.datasets import DataBundle, _pretrained
 from foldexp.validate import ConfigError, plain
 
 __all__ = ["SPLIT_NAMES", "text_csv", "text_inputs"]

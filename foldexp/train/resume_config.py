@@ -1,12 +1,7 @@
-"""Saving and restoring a run's position, on one process or several (``trainer.resume``).
+"""Whether a checkpoint may be resumed under the current config (``trainer.resume``).
 
-A single process saves and loads ``checkpoint.py``'s payload as it is. Under DDP rank 0 alone
-writes, but the payload carries every rank's RNG state (``rank_rng``) so each rank's dropout
-stream continues where it stopped; on restore rank 0 reads the file and broadcasts it, so the
-other ranks need no shared file system.
-
-Every checkpoint also stores the run's resolved config. Resuming compares it with the new one
-and refuses a difference in anything that shapes the result (``seed``, ``model.*``,
+Every checkpoint stores the run's resolved config (``run_config``). Resuming compares it with
+the new one and refuses a difference in anything that shapes the result (``seed``, ``model.*``,
 ``optimizer.*``, ``dataset.*``, the batch size, …), naming each key with its old and new value:
 the resumed run would otherwise mix two experiments under the new one's name. ``MUST_MATCH``
 names what is compared (``seed``, ``dataset.*``, ``model.*``, ``optimizer.*``, ``trainer.*``);
@@ -16,7 +11,7 @@ lives, how the work is spread over processes, and what is shown. Paths inside va
 compared relative to ``paths.*``, so a data folder that moved is not a change. A key present on
 one side only (a newer foldexp added it, with a default that keeps the old behaviour) is not
 compared; a checkpoint without a config (written before configs were stored) resumes with a
-warning.
+warning. Reading and writing the checkpoints themselves is ``checkpoint.py``.
 """
 
 from __future__ import annotations
@@ -26,32 +21,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 
-from foldexp.train import distributed as dd
-from foldexp.train.checkpoint import (
-    CorruptFileError,
-    load_payload,
-    read_checkpoint,
-    rng_state,
-    save_checkpoint,
-    seed_everything,
-    set_rng_state,
-)
-
 __all__ = [
-    "LAST_ADVICE",
     "MAY_CHANGE",
     "MUST_MATCH",
     "ResumeConfigError",
-    "check_resume",
     "config_changes",
-    "restore_run",
+    "refuse_changes",
     "run_config",
-    "save_run",
-    "seed_rank",
 ]
 
 log = logging.getLogger("foldexp.train")
@@ -79,14 +57,6 @@ MAY_CHANGE = (
     "trainer.balance",
     "trainer.find_unused_parameters",
 )
-
-LAST_ADVICE = (
-    "Restore it from a backup; or copy checkpoints/best.pt and best.pt.sha256 over last.pt and "
-    "last.pt.sha256 to go on from the best epoch; or start afresh in this folder with "
-    "trainer.resume=false trainer.overwrite=true"
-)
-
-_NEED = ("model", "optimizer", "progress", "rng")
 
 
 class ResumeConfigError(ValueError):
@@ -141,7 +111,9 @@ def _compared(key: str) -> bool:
     return matches(MUST_MATCH) and not matches(MAY_CHANGE)
 
 
-def _refuse_changes(path: Path, saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
+def refuse_changes(path: Path, saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
+    """Refuses (``ResumeConfigError``) to resume checkpoint ``path``, whose run was configured
+    as ``saved``, under ``current`` where a compared key differs."""
     if saved is None:
         log.warning("%s stores no config (written before configs were): not compared", path)
         return
@@ -154,79 +126,3 @@ def _refuse_changes(path: Path, saved: dict[str, Any] | None, current: dict[str,
             "folder (hydra.run.dir=…), or replace the run with trainer.resume=false "
             "trainer.overwrite=true"
         )
-
-
-def check_resume(path: Path, cfg: DictConfig) -> None:
-    """Refuses (``ResumeConfigError``) to resume ``path`` under a config that changes what it
-    trains, or (``CorruptFileError``) a damaged checkpoint; nothing when ``path`` is absent."""
-    if path.exists():
-        payload = read_checkpoint(path, LAST_ADVICE, _NEED)
-        _refuse_changes(path, payload.get("config"), run_config(cfg))
-
-
-def save_run(
-    ctx: dd.DistContext,
-    path: Path,
-    model: torch.nn.Module,
-    optimizer: Any,
-    progress: dict[str, Any],
-    states: dict[str, Any],
-    config: dict[str, Any] | None = None,
-) -> None:
-    """Writes ``path`` atomically; under DDP every rank must call it (the RNGs are gathered)."""
-    if not ctx.enabled:
-        save_checkpoint(path, model, optimizer, progress, states, config)
-        return
-    rngs = dd.all_gather(ctx, rng_state())
-    if ctx.is_main:
-        save_checkpoint(path, model, optimizer, {**progress, "rank_rng": rngs}, states, config)
-
-
-def _read_on_main(ctx: dd.DistContext, path: Path) -> dict[str, Any] | None:
-    """Rank 0 reads ``path`` and every rank gets the payload, or the same error."""
-    payload: Any = None
-    if ctx.is_main and path.exists():
-        try:
-            payload = read_checkpoint(path, LAST_ADVICE, _NEED)
-        except CorruptFileError as exc:
-            payload = exc
-    payload = dd.broadcast(ctx, payload)
-    if isinstance(payload, Exception):
-        raise payload
-    return payload
-
-
-def restore_run(
-    ctx: dd.DistContext,
-    path: Path,
-    model: torch.nn.Module,
-    optimizer: Any,
-    states: dict[str, Any],
-    config: dict[str, Any] | None = None,
-) -> dict[str, Any] | None:
-    """Loads ``path`` (model, optimizer, RNGs) if it exists; returns the saved progress.
-
-    With ``config``, first refuses a checkpoint whose run was configured otherwise
-    (``ResumeConfigError``). Each rank takes back its own RNG state; after a checkpoint from
-    another number of processes the ranks above 0 keep their fresh seeds.
-    """
-    payload = _read_on_main(ctx, path)
-    if payload is None:
-        return None
-    if config is not None:
-        _refuse_changes(path, payload.get("config"), config)
-    load_payload(path, payload, model, optimizer, states)
-    progress = payload["progress"]
-    rngs = progress.pop("rank_rng", None)
-    if not ctx.enabled:
-        set_rng_state(payload["rng"])
-    elif rngs and len(rngs) == ctx.world_size:
-        set_rng_state(rngs[ctx.rank])
-    elif not ctx.rank:
-        set_rng_state(payload["rng"])
-    return progress
-
-
-def seed_rank(seed: int, rank: int) -> None:
-    """Each rank its own dropout masks; rank 0 keeps the single-process stream."""
-    seed_everything(int(np.random.SeedSequence([seed, rank]).generate_state(1)[0]))

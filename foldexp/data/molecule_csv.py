@@ -1,0 +1,171 @@
+"""Reading a molecule CSV: gzip or plain, UTF-8, comma, tab or semicolon, one molecule a row.
+
+``read_molecule_rows`` gives the row numbers, SMILES, targets and target mask of a file and
+refuses what cannot be trained on, naming the file and the line, row or column: text that is
+not UTF-8, a damaged gzip stream, a missing column, a row of the wrong width, a header without
+data rows, a target that is not a number or does not fit float32 (``inf``, ``1e39``), a target
+column with no value at all. Empty, ``nan`` or ``NA`` targets are missing (``MISSING``).
+Featurising the molecules and caching them is ``molecules.py``.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import math
+import os
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from foldexp.data.errors import FormatError, MoleculeError
+
+__all__ = ["MISSING", "read_csv_column", "read_csv_text", "read_molecule_rows", "sniff_delimiter"]
+
+MISSING = {"", "nan", "na", "n/a", "none", "null"}  # a target field holding no value
+_GZIP_MAGIC = b"\x1f\x8b"
+_DELIMITERS = (",", "\t", ";")  # comma first: it wins a tie
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def read_csv_text(path: str | os.PathLike[str]) -> str:
+    """The text of a CSV file, gunzipped when it starts with gzip's magic bytes (whatever its
+    name), decoded as UTF-8 (a byte-order mark is dropped).
+
+    Raises:
+        FormatError: The gzip stream is damaged, or the text is not UTF-8 (naming the line).
+    """
+    path = Path(path)
+    raw = path.read_bytes()
+    if raw[:2] == _GZIP_MAGIC:
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise FormatError(f"{path}: a damaged gzip file ({exc}); expected a CSV.gz") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise FormatError(
+            f"{path}:{line}: expected UTF-8 text, found byte 0x{raw[exc.start]:02x} "
+            f"({exc.reason}); save the file as UTF-8"
+        ) from None
+
+
+def sniff_delimiter(header_line: str) -> str:
+    """The header's field separator: the most frequent of comma, tab and semicolon (comma when
+    none occurs or on a tie). SMILES never contain these characters, so the header decides."""
+    counts = [header_line.count(d) for d in _DELIMITERS]
+    return _DELIMITERS[counts.index(max(counts))]
+
+
+def _records(path: Path) -> tuple[list[str], Iterator[tuple[int, int, list[str]]]]:
+    """The header (stripped names) and ``(row number, line, fields)`` of every data record.
+
+    Row numbers count records after the header from 1 (blank records included, so a row number
+    is stable); blank records themselves are not yielded.
+    """
+    text = read_csv_text(path)
+    first_line = text.split("\n", 1)[0]
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sniff_delimiter(first_line))
+    try:
+        header = next(reader, None)
+    except csv.Error as exc:
+        raise FormatError(f"{path}:1: malformed CSV header: {exc}") from None
+    if header is None:
+        raise MoleculeError(f"{path}: expected a CSV header line, got an empty file")
+    if not any(h.strip() for h in header):
+        raise MoleculeError(f"{path}:1: expected a CSV header line, got a blank line")
+
+    def rows() -> Iterator[tuple[int, int, list[str]]]:
+        try:
+            for row_number, record in enumerate(reader, start=1):
+                if record and any(x.strip() for x in record):  # a blank line holds no data
+                    yield row_number, reader.line_num, record
+        except csv.Error as exc:
+            raise FormatError(f"{path}:{reader.line_num}: malformed CSV: {exc}") from None
+
+    return [h.strip() for h in header], rows()
+
+
+def _column_indices(path: Path, header: list[str], columns: Sequence[str]) -> list[int]:
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise MoleculeError(
+            f"{path}:1: expected column(s) {missing} in the header; the columns are {header}"
+        )
+    return [header.index(c) for c in columns]
+
+
+def _target_value(path: Path, line: int, row: int, name: str, text: str) -> float | None:
+    """A target field as a float, ``None`` when missing; refuses what float32 cannot hold."""
+    if text.lower() in MISSING:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise MoleculeError(
+            f"{path}:{line}: row {row}, column {name!r}: "
+            f"expected a number or an empty field, got {text!r}"
+        ) from None
+    if math.isnan(value):
+        return None
+    if not abs(value) <= _FLOAT32_MAX:  # inf, or finite but beyond float32 (1e39)
+        raise MoleculeError(
+            f"{path}:{line}: row {row}, column {name!r}: expected a finite number within "
+            f"float32's range (|x| <= {_FLOAT32_MAX:.3g}), got {text!r}"
+        )
+    return value
+
+
+def read_molecule_rows(
+    path: Path, smiles_column: str, target_columns: Sequence[str]
+) -> tuple[list[int], list[str], np.ndarray, np.ndarray]:
+    """Return data rows, SMILES, targets and mask from a CSV; errors name file, row and column."""
+    header, records = _records(path)
+    s_col, *t_cols = _column_indices(path, header, (smiles_column, *target_columns))
+    rows, smiles, values, mask = [], [], [], []
+    for row_number, line, record in records:
+        if len(record) != len(header):
+            raise MoleculeError(
+                f"{path}:{line}: row {row_number}: expected {len(header)} fields, got {len(record)}"
+            )
+        rows.append(row_number)
+        smiles.append(record[s_col].strip())
+        parsed = [
+            _target_value(path, line, row_number, name, record[col].strip())
+            for name, col in zip(target_columns, t_cols, strict=True)
+        ]
+        values.append([0.0 if v is None else v for v in parsed])
+        mask.append([v is not None for v in parsed])
+    if not rows:
+        raise MoleculeError(f"{path}: has a header but no data rows; expected one molecule a row")
+    n_targets = len(target_columns)
+    targets = np.array(values, dtype=np.float32).reshape(-1, n_targets)
+    target_mask = np.array(mask, dtype=bool).reshape(-1, n_targets)
+    empty = [name for name, any_value in zip(target_columns, target_mask.any(0)) if not any_value]
+    if empty:
+        raise MoleculeError(
+            f"{path}: target column(s) {empty} hold no value in any of the {len(rows)} rows; "
+            "expected numbers (empty fields are missing values)"
+        )
+    return rows, smiles, targets, target_mask
+
+
+def read_csv_column(path: str | os.PathLike[str], column: str) -> dict[int, str]:
+    """One column of a CSV as ``{row number: stripped value}``, rows numbered as
+    :func:`load_molecule_csv` numbers them (``MoleculeDataset.rows``)."""
+    path = Path(path)
+    header, records = _records(path)
+    (col,) = _column_indices(path, header, (column,))
+    out = {}
+    for row_number, line, record in records:
+        if len(record) != len(header):
+            raise MoleculeError(
+                f"{path}:{line}: row {row_number}: expected {len(header)} fields, got {len(record)}"
+            )
+        out[row_number] = record[col].strip()
+    return out

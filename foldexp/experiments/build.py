@@ -1,0 +1,73 @@
+"""Building a run's dataset and model from their configs, through foldexp's registry.
+
+``build_dataset`` calls the builder ``dataset._target_`` names with the dataset keys;
+``build_model`` builds ``model._target_`` with the model's own keys plus the entries of the
+dataset's ``info`` its constructor names (``foldexp.models.contract``), and checks the contract
+before any work. Both are plain calls, not Hydra's ``instantiate``: a config is data, and a
+config read back from a run folder is untrusted (``foldexp.validate.check_registered``).
+Rebuilding a trained run from its folder is ``foldexp.train.runs``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from foldexp.models.contract import check_model
+from foldexp.validate import ConfigError, import_target
+
+__all__ = ["build_dataset", "build_model", "check_vectors", "plain_config"]
+
+
+def plain_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """A config as plain Python values (enums as their strings, interpolations resolved)."""
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
+    return dict(cfg)
+
+
+def build_dataset(dataset_cfg: DictConfig | Mapping[str, Any]) -> Any:
+    """The ``DataBundle`` that ``dataset._target_`` builds from the other dataset keys."""
+    keys = plain_config(dataset_cfg)
+    builder = import_target(str(keys.pop("_target_")))
+    return builder(**keys)
+
+
+def check_vectors(dataset_cfg: Any, model_cfg: Any, info: Mapping[str, Any]) -> None:
+    """Fails before the model is built when the dataset's pretrained vectors (``info``'s
+    ``embeddings``) are not as wide as the model's ``embed_size``."""
+    embeddings = info.get("embeddings")
+    embed_size = model_cfg.get("embed_size")
+    if embeddings is not None and embed_size is not None and embeddings.shape[1] != embed_size:
+        raise ConfigError(
+            f"dataset.word_vectors={dataset_cfg.get('word_vectors')} holds "
+            f"{embeddings.shape[1]}-d vectors but model.embed_size={embed_size}; set "
+            f"model.embed_size={embeddings.shape[1]} or use vectors of width {embed_size}"
+        )
+
+
+def build_model(
+    model_cfg: DictConfig | Mapping[str, Any], info: Mapping[str, Any]
+) -> torch.nn.Module:
+    """``model._target_`` built from the model's keys and the dataset ``info`` it takes."""
+    keys = plain_config(model_cfg)
+    target = str(keys.pop("_target_"))
+    cls = import_target(target)
+    params = inspect.signature(cls).parameters
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    if "name" not in params and not takes_all:
+        keys.pop("name", None)  # every model config has a display name; a model need not take it
+    clash = sorted(k for k in keys if k in info)
+    if clash:
+        raise ConfigError(
+            f"model.{clash[0]} is also provided by the dataset ({target} receives it from the "
+            "dataset's info); remove it from the model config"
+        )
+    provided = {k: v for k, v in info.items() if takes_all or k in params}
+    model = cls(**provided, **keys)
+    check_model(model, target)
+    return model

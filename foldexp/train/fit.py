@@ -1,0 +1,240 @@
+"""``fit(run)``: the epochs of a training run, each a pass over the training set and a dev score.
+
+A step calls the model only through its contract (``foldexp.models.contract``): ``forward`` on
+a collated batch gives the loss and the statistics to sum, ``summarize`` turns an epoch's sums
+into metrics. What differs under DDP (the wrapped model, the weighted backward, the per-rank
+ledger) is ``distributed.StepBook``. The data order depends only on (seed, epoch) and the
+position inside the epoch is saved with every checkpoint, so a resumed run continues exactly
+where it stopped. Each epoch ends with a dev evaluation (``evaluate.py``, with the parameter
+average when there is one), ``best.pt`` when the selection metric improves, ``last.pt``, and a
+row of ``metrics.csv``; patience and ``max_steps`` stop early.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from foldexp.train import distributed as dd
+from foldexp.train.artifacts import plot_curves, write_metrics_csv
+from foldexp.train.checkpoint import save_run
+from foldexp.train.ema import ParamAverage
+from foldexp.train.evaluate import evaluate, improves
+from foldexp.train.loaders import RunLoaders
+from foldexp.train.loggers import ProgressLog, RunLoggers, progress_bar
+from foldexp.train.sampler import ShardedBatchSampler
+from foldexp.validate import plain
+
+__all__ = ["TrainingDiverged", "TrainingRun", "evaluate_split", "fit", "new_progress"]
+
+log = logging.getLogger("foldexp.train")
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+def new_progress() -> dict[str, Any]:
+    """Where a fresh run stands: what every checkpoint saves and a resume restores."""
+    return {
+        "epoch": 0,
+        "batch": 0,
+        "step": 0,
+        "best": None,
+        "best_epoch": -1,
+        "bad_epochs": 0,
+        "history": [],
+        "epoch_sums": {},
+        "epoch_n": 0,
+        "stopped": "",
+    }
+
+
+@dataclass
+class TrainingRun:
+    """Everything one rank's run holds between setup and test (built by ``loop.py``)."""
+
+    cfg: DictConfig
+    ctx: dd.DistContext
+    device: torch.device
+    out_dir: Path
+    bundle: Any  # the dataset: train, dev and test examples and their ``info``
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    select: str  # the dev column that picks the best epoch
+    better: Callable[..., Any]  # max or min
+    sizes: dict[str, list[int] | None]  # example sizes per split (DDP balances shards by them)
+    progress: dict[str, Any]
+    ema: ParamAverage | None
+    config: dict[str, Any]  # the resolved config every checkpoint stores
+    book: dd.StepBook
+    loaders: RunLoaders
+    run_log: RunLoggers
+    title: str  # the plots' title
+
+    @property
+    def last(self) -> Path:
+        return self.out_dir / "checkpoints" / "last.pt"
+
+    @property
+    def best(self) -> Path:
+        return self.out_dir / "checkpoints" / "best.pt"
+
+    def checkpoint(self, path: Path) -> None:
+        states = {"ema": self.ema} if self.ema is not None else {}
+        save_run(self.ctx, path, self.model, self.optimizer, self.progress, states, self.config)
+
+
+def fit(run: TrainingRun) -> None:
+    """Trains until ``trainer.epochs``, patience or ``trainer.max_steps`` stops the run."""
+    progress, tc = run.progress, run.cfg.trainer
+    while progress["epoch"] < tc.epochs and not progress["stopped"]:
+        t_epoch = _train_epoch(run)
+        _end_epoch(run, t_epoch)
+    if progress["stopped"]:
+        log.info("stopped early: %s", progress["stopped"])
+
+
+def _train_epoch(run: TrainingRun) -> float:
+    """One pass over this rank's share of the training set, from the saved position; returns
+    when the epoch began."""
+    progress, tc, ctx = run.progress, run.cfg.trainer, run.ctx
+    epoch = progress["epoch"]
+    order = torch.randperm(
+        len(run.bundle.train), generator=torch.Generator().manual_seed(run.cfg.seed * 1000 + epoch)
+    ).tolist()
+    sampler = ShardedBatchSampler(
+        order,
+        tc.batch_size,
+        run.sizes["train"] or [1] * len(run.bundle.train),
+        ctx.rank,
+        ctx.world_size,
+        plain(tc.balance),
+        start=progress["batch"],
+        limit=tc.limit_batches,
+    )
+    loader = run.loaders.get("train", run.bundle.train, sampler)
+    run.book.net.train()
+    t_epoch = time.perf_counter()
+    n_before = progress["epoch_n"]
+    total = progress["batch"] + len(sampler)
+    shown = tc.progress and ctx.is_main
+    bar = progress_bar(loader, shown, desc=f"epoch {epoch}", total=total, initial=progress["batch"])
+    ticker = ProgressLog(tc.log_every_s if ctx.is_main else 0, total, epoch)
+    t_ready = time.perf_counter()
+    for batch, shard in zip(bar, sampler.shards):
+        if _step(run, batch, shard, t_ready, bar, ticker):
+            break
+        t_ready = time.perf_counter()
+    run.book.sync(progress)
+    train_s = time.perf_counter() - t_epoch
+    trained = progress["epoch_n"] - n_before
+    speed = trained / max(train_s, 1e-9)
+    log.info(
+        "epoch %d: trained %d examples in %.2f s: %.1f examples/s over %d process(es)",
+        *(epoch, trained, train_s, speed, ctx.world_size),
+    )
+    return t_epoch
+
+
+def _step(
+    run: TrainingRun, batch: Any, shard: Any, t_ready: float, bar: Any, ticker: ProgressLog
+) -> bool:
+    """One optimizer step on one batch; returns whether ``trainer.max_steps`` is reached."""
+    progress, tc = run.progress, run.cfg.trainer
+    t0 = time.perf_counter()
+    out = run.book.net(batch)
+    loss = out["loss"]
+    if not torch.isfinite(loss):
+        raise TrainingDiverged(_diverged(loss, progress, run.last, run.model))
+    t1 = time.perf_counter()
+    run.optimizer.zero_grad(set_to_none=True)
+    run.book.backward(loss, shard)
+    t2 = time.perf_counter()
+    if tc.grad_clip:
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), tc.grad_clip)
+    run.optimizer.step()
+    if run.ema is not None:
+        run.ema.update()
+    t3 = time.perf_counter()
+    progress["step"] += 1
+    progress["batch"] += 1
+    run.book.record(progress, out, batch.size, shard, (t_ready, t0, t1, t2, t3))
+    loss_value = loss.item()
+    if hasattr(bar, "set_postfix"):
+        bar.set_postfix(loss=f"{loss_value:.4f}")
+    run.run_log.step(progress["step"], loss_value)
+    ticker.update(progress["batch"], loss_value)
+    if tc.checkpoint_every and progress["step"] % tc.checkpoint_every == 0:
+        run.book.sync(progress)
+        run.checkpoint(run.last)
+    if tc.max_steps and progress["step"] >= tc.max_steps:
+        progress["stopped"] = f"max_steps={tc.max_steps} reached"
+        return True
+    return False
+
+
+def evaluate_split(run: TrainingRun, split: str) -> dict[str, Any]:
+    """``dev_*`` or ``test_*`` metrics of the model as it is now, sharded over the ranks."""
+    examples = getattr(run.bundle, split)
+    return evaluate(
+        run.model, examples, run.cfg, run.device, split, run.ctx, run.sizes[split], run.loaders
+    )
+
+
+def _diverged(loss: torch.Tensor, progress: dict[str, Any], last: Path, model: Any) -> str:
+    """What went wrong and what to do: finite weights mean the batch itself gave the
+    non-finite loss (its data or the loss), where a learning-rate cut would not help."""
+    where = f"the last good checkpoint is {last if last.exists() else 'not written yet'}"
+    if all(torch.isfinite(p).all() for p in model.parameters()):
+        advice = (
+            "every weight is still finite, so this batch's inputs or targets give the "
+            "non-finite value: check the data for NaN, inf or huge numbers"
+        )
+    else:
+        advice = "the weights diverged: lower optimizer.lr or set trainer.grad_clip"
+    epoch, step = progress["epoch"], progress["step"] + 1
+    return f"loss became {loss.item()} at epoch {epoch}, step {step}; {where} ({advice})"
+
+
+def _end_epoch(run: TrainingRun, t_epoch: float) -> None:
+    """Scores dev, keeps ``best.pt``, counts patience, writes ``last.pt`` and the epoch's row."""
+    progress, tc = run.progress, run.cfg.trainer
+    epoch = progress["epoch"]
+    sums, n = progress["epoch_sums"], max(1, progress["epoch_n"])
+    row: dict[str, Any] = {
+        "epoch": epoch,
+        "step": progress["step"],
+        "train_loss": sums.get("loss", 0.0) / n,
+        **{f"train_{k}": v for k, v in run.model.summarize(sums).items()},
+    }
+    # Evaluation (and best.pt) use the parameter average when there is one (``ema.py``).
+    with run.ema.applied() if run.ema is not None else contextlib.nullcontext():
+        row.update(evaluate_split(run, "dev"))
+        if improves(row, run.select, run.better, progress, epoch):
+            run.checkpoint(run.best)  # the weights just evaluated
+    row["epoch_seconds"] = time.perf_counter() - t_epoch
+    row = run.book.end_epoch(row)  # every rank takes the same early-stopping decisions
+    progress["history"].append(row)
+    floats = ", ".join(f"{k}={v:.4f}" for k, v in row.items() if isinstance(v, float))
+    log.info("epoch %d: %s", epoch, floats)
+    if progress["best_epoch"] != epoch:
+        progress["bad_epochs"] += 1
+        if tc.patience and progress["bad_epochs"] >= tc.patience:
+            progress["stopped"] = f"no better {run.select} for {tc.patience} epochs"
+    progress.update(epoch=epoch + 1, batch=0, epoch_sums={}, epoch_n=0)
+    run.checkpoint(run.last)
+    run.run_log.epoch(row)
+    if run.run_log.csv:
+        write_metrics_csv(run.out_dir / "metrics.csv", progress["history"])
+        if tc.plots:
+            best = progress["best_epoch"]
+            plot_curves(run.out_dir / "metrics.csv", run.out_dir, run.title, best)

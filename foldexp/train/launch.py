@@ -1,0 +1,177 @@
+"""Getting N ranks for ``trainer.strategy=ddp``: three launchers, one process group.
+
+- ``trainer.strategy=ddp trainer.processes=N``: ``spawn`` starts N local processes with
+  ``torch.multiprocessing`` on a free loopback port; the calling process only waits.
+- ``torchrun ... -m foldexp train trainer.strategy=ddp`` (one node or many): torchrun sets
+  ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT``; ``processes`` is
+  ignored.
+- a submitit job with several tasks (``hydra/launcher=submitit_slurm
+  hydra.launcher.tasks_per_node=N``): ``export_submitit_env`` translates the job's tasks into
+  the same variables with submitit's own helper.
+
+``setup`` joins the process group: the backend follows the device, ``nccl`` on CUDA (one GPU per
+local rank), ``gloo`` on CPU. What the ranks do together once they run is ``distributed.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf
+
+from foldexp.train.distributed import DistContext
+
+__all__ = ["export_submitit_env", "launched_world_size", "setup", "spawn", "teardown"]
+
+log = logging.getLogger("foldexp.train")
+
+
+def launched_world_size() -> int:
+    """``WORLD_SIZE`` set by torchrun, ``spawn`` or ``export_submitit_env``; 1 when unset."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def export_submitit_env() -> bool:
+    """Inside a submitit job of several tasks, exports ``RANK``, ``WORLD_SIZE``, … for env://.
+
+    Returns whether it did. ``CUDA_VISIBLE_DEVICES`` is left alone: ``setup`` picks
+    ``cuda:LOCAL_RANK`` as under torchrun.
+    """
+    if "SUBMITIT_EXECUTOR" not in os.environ or "RANK" in os.environ:
+        return False
+    import submitit
+
+    if submitit.JobEnvironment().num_tasks <= 1:
+        return False
+    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    return True
+
+
+def setup(device: torch.device) -> tuple[DistContext, torch.device]:
+    """Joins the process group the environment describes; returns the context and the device.
+
+    ``device`` is the configured one; on CUDA each local rank takes ``cuda:LOCAL_RANK``.
+    """
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device.type == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    ctx = DistContext(rank, world, local_rank, backend)
+    if not ctx.is_main:
+        # Only rank 0 reports; the others keep their warnings and errors.
+        logging.getLogger().setLevel(logging.WARNING)
+    return ctx, device
+
+
+def teardown() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# --- spawning local processes -------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _logging_spec() -> dict[str, Any]:
+    """The root logger's handlers as plain data, so spawned ranks log where the parent does."""
+    root = logging.getLogger()
+    handlers = []
+    for h in root.handlers:
+        fmt = h.formatter._fmt if h.formatter else None
+        datefmt = h.formatter.datefmt if h.formatter else None
+        if isinstance(h, logging.FileHandler):
+            handlers.append({"file": h.baseFilename, "fmt": fmt, "datefmt": datefmt})
+        elif isinstance(h, logging.StreamHandler):
+            name = "stderr" if h.stream is sys.__stderr__ or h.stream is sys.stderr else "stdout"
+            handlers.append({"stream": name, "fmt": fmt, "datefmt": datefmt})
+    return {"level": root.level, "handlers": handlers}
+
+
+def _configure_logging(spec: dict[str, Any], rank: int) -> None:
+    root = logging.getLogger()
+    root.setLevel(spec["level"] or logging.INFO)
+    for h in spec["handlers"]:
+        if rank and "file" in h:
+            continue  # one log file, written by rank 0
+        handler: logging.Handler = (
+            logging.FileHandler(h["file"], mode="a")
+            if "file" in h
+            else logging.StreamHandler(getattr(sys, h["stream"]))
+        )
+        fmt = h["fmt"] or "%(message)s"
+        handler.setFormatter(
+            logging.Formatter(f"[rank {rank}]{fmt}" if rank else fmt, h["datefmt"])
+        )
+        root.addHandler(handler)
+
+
+def _die_with_parent(parent: int) -> None:
+    """A rank must not outlive the process that spawned it (e.g. after ``kill -9``): an orphan
+    would go on training and overwrite the checkpoints of the run that resumes."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _rank_main(
+    rank: int,
+    fn: Callable[[DictConfig], Any],
+    cfg: DictConfig,
+    world: int,
+    port: int,
+    log_spec: dict[str, Any],
+    parent: int,
+) -> None:
+    _die_with_parent(parent)
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world),
+    )
+    _configure_logging(log_spec, rank)
+    fn(cfg)
+
+
+def spawn(fn: Callable[[DictConfig], Any], cfg: DictConfig, processes: int) -> None:
+    """Runs ``fn(cfg)`` in ``processes`` new local processes as ranks 0..N-1 and waits.
+
+    If one rank fails, torch stops the others and raises its traceback here. Interpolations
+    (Hydra's run folder, ``now``) are resolved first: the new processes have no Hydra.
+    """
+    import torch.multiprocessing as mp
+
+    cfg = copy.deepcopy(cfg)
+    OmegaConf.resolve(cfg)
+    port = _free_port()
+    log.info("spawning %d ranks, rendezvous at 127.0.0.1:%d", processes, port)
+    mp.start_processes(
+        _rank_main,
+        args=(fn, cfg, processes, port, _logging_spec(), os.getpid()),
+        nprocs=processes,
+        join=True,
+        start_method="spawn",
+    )

@@ -1,0 +1,233 @@
+"""A run folder read back: how its model was built, and trained runs rebuilt from their folders.
+
+A run folder is self-contained: ``run_info.json`` holds the resolved config and the dataset's
+``info`` (vocabulary, class and target names, feature sizes, target statistics) in plain JSON,
+so ``load_trained`` rebuilds the model and its best weights without the training data.
+``find_runs``, ``run_bundles`` and ``load_run_model`` find the runs under sweep folders and
+rebuild each over its own dataset (``foldexp ensemble``; a model's ``prepare_training`` hook
+through ``TrainingSetup.load_runs``). Run folders are untrusted: every ``_target_`` in a config
+read from one must be in foldexp's registry (``foldexp.validate.check_registered``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from foldexp.experiments.build import build_dataset, build_model, plain_config
+from foldexp.train.artifacts import read_verified_json, write_json
+from foldexp.train.checkpoint import load_checkpoint, rng_state, set_rng_state
+from foldexp.validate import ConfigError, check_registered
+
+__all__ = [
+    "RUN_INFO",
+    "RunSetup",
+    "TrainedRun",
+    "dataset_key",
+    "decode_info",
+    "encode_info",
+    "find_runs",
+    "load_run_model",
+    "load_trained",
+    "prepare_for_training",
+    "run_bundles",
+    "write_run_info",
+]
+
+RUN_INFO = "run_info.json"
+
+
+def encode_info(info: Mapping[str, Any]) -> dict[str, Any]:
+    """``info`` in plain JSON: a vocabulary as its word list, a matrix as its shape (the
+    checkpoint holds the trained values)."""
+    out: dict[str, Any] = {}
+    for key, value in info.items():
+        if hasattr(value, "to_dict"):
+            out[key] = {"__vocabulary__": value.to_dict()}
+        elif isinstance(value, np.ndarray):
+            out[key] = {"__matrix_shape__": list(value.shape)}
+        elif isinstance(value, tuple):
+            out[key] = list(value)
+        else:
+            out[key] = value
+    return out
+
+
+def decode_info(encoded: Mapping[str, Any]) -> dict[str, Any]:
+    """The inverse of ``encode_info`` (matrices come back as zeros of their shape)."""
+    from foldexp.data.vocab import Vocabulary
+
+    out: dict[str, Any] = {}
+    for key, value in encoded.items():
+        if isinstance(value, dict) and "__vocabulary__" in value:
+            out[key] = Vocabulary.from_dict(value["__vocabulary__"])
+        elif isinstance(value, dict) and "__matrix_shape__" in value:
+            out[key] = np.zeros(value["__matrix_shape__"], dtype=np.float32)
+        else:
+            out[key] = value
+    return out
+
+
+def write_run_info(out_dir: Path, cfg: DictConfig, info: Mapping[str, Any]) -> Path:
+    """Writes ``run_info.json``: what ``load_trained`` needs besides the weights."""
+    return write_json(
+        Path(out_dir) / RUN_INFO, {"config": plain_config(cfg), "info": encode_info(info)}
+    )
+
+
+class TrainedRun:
+    """A trained run loaded from its folder: ``model`` (best weights, eval mode), ``config``
+    (the resolved training config) and ``info`` (the dataset facts it was built with)."""
+
+    def __init__(self, folder: Path, model: torch.nn.Module, config: dict, info: dict) -> None:
+        self.folder, self.model, self.config, self.info = folder, model, config, info
+
+
+def load_trained(
+    folder: str | Path, allow_targets: Iterable[str] = (), checkpoint: str = "best.pt"
+) -> TrainedRun:
+    """Rebuilds a run's model from ``run_info.json`` and loads ``checkpoints/<checkpoint>``.
+
+    Every ``_target_`` in the run's config must be one of foldexp's own (``TARGETS``) or named in
+    ``allow_targets`` by the caller: the folder may come from someone else.
+    """
+    folder = Path(folder)
+    source = folder / RUN_INFO
+    if not source.is_file():
+        raise FileNotFoundError(
+            f"{folder} is not a trained run: it has no {RUN_INFO} (runs trained before foldexp "
+            "stored it cannot be loaded; train again)"
+        )
+    saved = read_verified_json(source)
+    if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
+        raise ConfigError(f"{source}: expected an object with 'config' and 'info'")
+    config, allowed = saved["config"], set(allow_targets)
+    check_registered(config, str(source), allowed=allowed)
+    if not isinstance(config.get("model"), dict):
+        raise ConfigError(f"{source}: config has no model section")
+    weights = folder / "checkpoints" / checkpoint
+    if not weights.is_file():
+        raise FileNotFoundError(f"{folder}: no checkpoints/{checkpoint}; the run did not finish")
+    info = decode_info(saved.get("info") or {})
+    model = build_model(config["model"], info)
+    load_checkpoint(weights, model, restore_rng=False)
+    return TrainedRun(folder, model.eval(), config, info)
+
+
+# ---------------------------------------------------------------------- runs under sweep folders
+
+
+def find_runs(
+    dirs: Sequence[str | Path], allow_targets: Sequence[str] = ()
+) -> list[tuple[Path, dict[str, Any]]]:
+    """Each run folder under ``dirs`` (one holding ``results.json`` and ``checkpoints/best.pt``)
+    with the resolved config its ``results.json`` records, sorted by seed, then path.
+
+    The folders are untrusted: a config naming a ``_target_`` outside foldexp's registry (and
+    ``allow_targets``) is refused before anything is built from it."""
+    paths: set[Path] = set()
+    for d in map(Path, dirs):
+        if not d.exists():
+            raise FileNotFoundError(f"foldexp ensemble: {d} does not exist")
+        paths.update(p.parent for p in d.rglob("results.json"))
+    if not paths:
+        raise FileNotFoundError(
+            f"foldexp ensemble: no results.json under {', '.join(map(str, dirs))}"
+        )
+    runs = []
+    for run in paths:
+        if not (run / "checkpoints" / "best.pt").exists():
+            raise FileNotFoundError(
+                f"foldexp ensemble: {run} has results.json but no checkpoints/best.pt"
+            )
+        results = read_verified_json(run / "results.json")
+        config = results.get("config") if isinstance(results, dict) else None
+        if not isinstance(config, dict) or "dataset" not in config or "model" not in config:
+            raise ConfigError(f"foldexp ensemble: {run / 'results.json'} has no resolved config")
+        check_registered(config, str(run / "results.json"), allowed=set(allow_targets))
+        runs.append((run, config))
+    return sorted(runs, key=lambda rc: (rc[1].get("seed", 0), str(rc[0])))
+
+
+def dataset_key(config: dict[str, Any]) -> str:
+    """The key of a run's dataset config in ``run_bundles``' mapping."""
+    return json.dumps(config["dataset"], sort_keys=True)
+
+
+def run_bundles(
+    runs: list[tuple[Path, dict[str, Any]]],
+    split: str,
+    mismatch: Callable[[Path, str], str],
+    expected: Sequence[Any] | None = None,
+) -> tuple[dict[str, Any], list[Any]]:
+    """One dataset bundle per distinct dataset config of ``runs`` (by ``dataset_key``), and the
+    split's examples, which every bundle must give alike (and equal to ``expected`` if given).
+
+    A bundle that differs raises ``ValueError(mismatch(run, keys))``, ``keys`` naming the
+    ``dataset.*`` keys where its run's config differs from the first run's.
+    """
+    bundles: dict[str, Any] = {}
+    examples = expected
+    first = runs[0][1]
+    for run, config in runs:
+        if dataset_key(config) in bundles:
+            continue
+        bundle = bundles[dataset_key(config)] = build_dataset(config["dataset"])
+        if examples is None:
+            examples = list(getattr(bundle, split))
+        elif list(getattr(bundle, split)) != list(examples):
+            keys = ", ".join(
+                f"dataset.{k}" for k in _differences(config["dataset"], first["dataset"])
+            )
+            raise ValueError(mismatch(run, keys))
+    return bundles, list(examples or [])
+
+
+def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def load_run_model(run: Path, config: dict[str, Any], bundle: Any) -> Any:
+    """The run's model, rebuilt from its resolved ``config`` over ``bundle`` (its dataset), with
+    the weights of ``checkpoints/best.pt``, in evaluation mode."""
+    model = build_model(config["model"], bundle.info)
+    load_checkpoint(run / "checkpoints" / "best.pt", model, restore_rng=False)
+    return model.eval()
+
+
+@dataclass
+class RunSetup:
+    """The ``TrainingSetup`` (``foldexp.models.contract``) a run hands its model's
+    ``prepare_training`` hook: its training examples, and trained runs that saw the same ones."""
+
+    train: Sequence[Any]
+    batch_size: int
+
+    def load_runs(
+        self, dirs: Sequence[str | Path], mismatch: Callable[[Path, str], str]
+    ) -> Iterator[tuple[Path, torch.nn.Module]]:
+        runs = find_runs(dirs)
+        bundles, _ = run_bundles(runs, "train", mismatch, expected=self.train)
+        for run, config in runs:
+            yield run, load_run_model(run, config, bundles[dataset_key(config)])
+
+
+def prepare_for_training(model: torch.nn.Module, setup: RunSetup) -> None:
+    """Calls the model's optional ``prepare_training`` hook (``foldexp.models.contract``), then
+    puts every RNG back: a hook that builds models draws from it, and a run must be as
+    reproducible and resumable with the hook as without."""
+    prepare = getattr(model, "prepare_training", None)
+    if not callable(prepare):
+        return
+    saved = rng_state()
+    try:
+        prepare(setup)
+    finally:
+        set_rng_state(saved)
