@@ -1,7 +1,7 @@
 """Graceful under load: the peers' Tree-LSTM training step, quiet and beside busy processes.
 
 Usage: python benchmarks/under_load.py [--load 4] [--rounds 5] [--steps 2] [--trees 256]
-       [--settings 2 2:OMP_WAIT_POLICY=PASSIVE 1 ...]
+       [--settings 2 2:OMP_WAIT_POLICY=PASSIVE 1 foldexp ...] [--start-loaded]
 
 On a 2-core machine that other processes keep busy, a step with 2 intra-op threads can take many
 times its quiet time: torch's OpenMP (GNU libgomp in the CPU wheels) makes every parallel region
@@ -12,8 +12,12 @@ torch is imported) runs the peers' engine step (``foldexp/bench/peer_worker.py``
 trees of 64 leaves, hidden 128, forward + loss + backward) in its own process. Every round times
 each setting ``--steps`` steps quiet, then starts ``--load`` busy-loop processes beside them,
 times each setting again, and stops the busy loops; the settings' order rotates per round, so
-all of them see the same machine. Prints per setting the median step (min-max) quiet and loaded,
-the slowdown (median loaded / median quiet) and the quiet cost against the first setting.
+all of them see the same machine. The setting ``foldexp`` takes foldexp's own defaults (its
+threads and OpenMP wait, chosen when it starts: ``foldexp/startup.py``); with ``--start-loaded``
+the busy loops start first and the workers only once the load average has reached the core
+count, as for a user who starts a run on a machine that is busy already. Prints per setting
+the median step (min-max) quiet and loaded, the slowdown (median loaded / median quiet) and the
+quiet cost against the first setting.
 
 The busy loops are this script's own children, stopped (by pid) when it ends, also on errors.
 """
@@ -41,6 +45,7 @@ DEFAULT_SETTINGS = [
     "2:GOMP_SPINCOUNT=10000",  # a short spin, then sleep
     "2:KMP_BLOCKTIME=0",  # Intel OpenMP's knob: libgomp ignores it (a control)
     "1",  # no second thread to wait for
+    "foldexp",  # foldexp's defaults, chosen by how busy the machine is when it starts
 ]
 
 
@@ -49,7 +54,7 @@ class Setting:
     """One configuration, run in its own worker process."""
 
     label: str
-    threads: int
+    threads: int | None  # None: foldexp's default
     env: dict[str, str]
     proc: subprocess.Popen | None = None
     quiet: list[float] = field(default_factory=list)
@@ -58,10 +63,11 @@ class Setting:
 
 
 def parse_setting(text: str) -> Setting:
-    """``"2:OMP_WAIT_POLICY=PASSIVE,GOMP_SPINCOUNT=0"`` → a ``Setting``."""
+    """``"2:OMP_WAIT_POLICY=PASSIVE,GOMP_SPINCOUNT=0"`` → a ``Setting``; ``"foldexp"``: its
+    defaults."""
     threads, _, rest = text.partition(":")
     env = dict(kv.split("=", 1) for kv in rest.split(",") if kv)
-    return Setting(text, int(threads), env)
+    return Setting(text, None if threads == "foldexp" else int(threads), env)
 
 
 def start_worker(s: Setting, params: dict) -> None:
@@ -69,7 +75,9 @@ def start_worker(s: Setting, params: dict) -> None:
     for var in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"):  # only what s names
         env.pop(var, None)
     env.update(s.env)
-    env["OMP_NUM_THREADS"] = str(s.threads)
+    env.pop("OMP_NUM_THREADS", None)
+    if s.threads is not None:
+        env["OMP_NUM_THREADS"] = str(s.threads)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     s.proc = subprocess.Popen(
         [sys.executable, str(WORKER), "engine", json.dumps({**params, "threads": s.threads})],
@@ -82,6 +90,8 @@ def start_worker(s: Setting, params: dict) -> None:
     reply = read_reply(s)
     if reply.get("status") != "ready":
         raise RuntimeError(f"setting {s.label}: worker not ready: {reply}")
+    if s.threads is None:
+        s.label = f"foldexp ({reply.get('threads')} thr., {reply.get('omp_wait')})"
 
 
 def read_reply(s: Setting) -> dict:
@@ -110,6 +120,15 @@ def start_load(n: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
 
 
+def wait_for_load(timeout_s: float = 180.0) -> float:
+    """Waits until the 1-minute load average reaches the core count (it lags the busy loops by
+    about 20 s); returns it."""
+    end = time.monotonic() + timeout_s
+    while os.getloadavg()[0] < (os.cpu_count() or 1) and time.monotonic() < end:
+        time.sleep(1.0)
+    return os.getloadavg()[0]
+
+
 def stop_load(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         p.terminate()
@@ -131,7 +150,7 @@ def report(settings: list[Setting], args: argparse.Namespace) -> None:
     for s in settings:
         q, ld = statistics.median(s.quiet), statistics.median(s.loaded)
         print(
-            f"  {s.label:<30s} quiet {fmt(s.quiet)}  loaded {fmt(s.loaded)}  "
+            f"  {s.label:<42s} quiet {fmt(s.quiet)}  loaded {fmt(s.loaded)}  "
             f"slowdown {ld / q:5.2f}x  quiet vs first {q / base:5.2f}x  loss {s.loss:.6f}"
         )
 
@@ -146,6 +165,9 @@ def main() -> None:
     ap.add_argument("--leaves", type=int, default=64)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--settle-s", type=float, default=0.5, help="wait after starting the load")
+    ap.add_argument(
+        "--start-loaded", action="store_true", help="start the workers on a busy machine"
+    )
     args = ap.parse_args()
 
     from foldexp.bench.trees import make_trees  # numpy only: the driver never imports torch
@@ -168,9 +190,14 @@ def main() -> None:
             "onednn": None,  # by CPU vendor, as a run chooses
         }
         try:
+            if args.start_loaded:
+                load = start_load(args.load)
+                print(f"load average {wait_for_load():.1f} when the workers start")
             for s in settings:
                 start_worker(s, params)
                 steps(s, 1)  # warm-up: oneDNN compiles its shapes, memory is faulted in
+            stop_load(load)
+            load = []
             for r in range(args.rounds):
                 order = settings[r % len(settings) :] + settings[: r % len(settings)]
                 for s in order:

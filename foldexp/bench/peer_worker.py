@@ -48,6 +48,13 @@ def _setup(name: str, params: dict, trees: list, labels: list[int]) -> tuple:
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod.setup(name, params, trees, labels)
+    if params.get("threads", 1) is None:
+        # foldexp's own defaults: imported before torch, it picks OpenMP's wait and the threads
+        # by how busy the machine is now (foldexp/startup.py).
+        import foldexp.startup
+
+        foldexp.startup.configure_openmp()
+        params = {**params, "threads": foldexp.startup.default_threads()}
     import torch
 
     torch.set_num_threads(max(1, int(params.get("threads", 1))))
@@ -55,7 +62,11 @@ def _setup(name: str, params: dict, trees: list, labels: list[int]) -> tuple:
     from foldexp.kernels import set_onednn_enabled
 
     set_onednn_enabled(params.get("onednn"))
-    return peer_torch.setup(name, params, trees, labels)
+    step, meta = peer_torch.setup(name, params, trees, labels)
+    wait = ",".join(
+        f"{v}={os.environ[v]}" for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if v in os.environ
+    )
+    return step, {**meta, "threads": torch.get_num_threads(), "omp_wait": wait or "default"}
 
 
 def _keep_freed_memory() -> None:

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from foldexp.startup import default_threads
+
 __all__ = ["Env", "setup_env", "Stopwatch", "Case", "round_order", "run_interleaved", "repeats_for"]
 
 
@@ -55,8 +57,10 @@ def _machine() -> str:
     return f"{platform.node()} ({cpu}, {os.cpu_count()} cpus)"
 
 
-def setup_env(device: str, threads: int) -> Env:
-    """Sets the thread count and checks the device; ``cuda`` without a GPU fails here, clearly."""
+def setup_env(device: str, threads: int | None) -> Env:
+    """Sets the thread count (``None``: foldexp's default, ``foldexp/startup.py``; 0: torch's)
+    and checks the device; ``cuda`` without a GPU fails here, clearly."""
+    threads = default_threads(threads)
     if threads > 0:
         torch.set_num_threads(threads)
     if device == "auto":

@@ -1,4 +1,4 @@
-"""Per-input trace caching: trace each input once, re-batch it for free in later epochs.
+"""Caches keyed on input identity: per-input traces, and whole plans of batches that come back.
 
 Tracing walks Python blocks node by node and is the slowest part of building a batch. Across
 epochs the same inputs come back in new combinations, so — as TF Fold's ``build_loom_inputs``
@@ -8,13 +8,19 @@ of its inputs' traces with value ids shifted. Only the scheduler then runs per b
 Inputs are recognised by identity (``id`` plus an ``is`` check), so the cache is only correct
 for inputs that are not mutated after they were first seen (e.g. ``foldexp.data.trees.Tree``,
 which is immutable). It is opt-in: ``Compiler(block, cache_traces=True)``.
+
+A batch that comes back whole -- the same inputs in the same order: an evaluation split batched
+alike every epoch, a repeated request -- needs no trace and no schedule at all: ``PlanCache``
+keeps its plan, under the same assumption. Shuffled training batches never repeat, so a plan is
+only kept once its batch has been seen twice: they cannot push out the plans that do come back.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,7 +28,10 @@ from foldexp.blocks.internal import Block, InputError, Op, run_steps, trace_fn
 from foldexp.compiler.trace import Trace, flatten_output
 from foldexp.types import TensorType, Type
 
-__all__ = ["TraceCache", "BatchTrace"]
+if TYPE_CHECKING:
+    from foldexp.compiler.schedule import Plan
+
+__all__ = ["TraceCache", "BatchTrace", "PlanCache"]
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -172,3 +181,60 @@ class TraceCache:
         width = len(entries[0].out) if entries else 0
         out_vids = np.stack(outs) if width else np.zeros((len(inputs), 0), np.int64)
         return bt, out_vids
+
+
+class PlanCache:
+    """Plans of whole batches, by the identity of their inputs (in order) and of which ops were
+    allowed to merge (dropout on or off changes the plan).
+
+    A plan is admitted the second time its batch is built, and at most ``size`` are kept, least
+    recently used dropped first; of batches seen once only a hash is kept (at most
+    ``4 * size``). A hit is checked input by input with ``is``, so a hash collision costs a
+    miss, never a wrong plan; the kept inputs stay alive, so their ids cannot be reused.
+    """
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._plans: OrderedDict[int, tuple[tuple[Any, ...], tuple[bool, ...], Plan]]
+        self._plans = OrderedDict()
+        self._seen: OrderedDict[int, None] = OrderedDict()
+        self.hits = 0
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    def clear(self) -> None:
+        self._plans.clear()
+        self._seen.clear()
+
+    @staticmethod
+    def _key(inputs: Sequence[Any], merge: tuple[bool, ...]) -> int:
+        return hash((tuple(map(id, inputs)), merge))
+
+    def get(self, inputs: Sequence[Any], merge: tuple[bool, ...]) -> Plan | None:
+        """The plan of this very batch, if it is kept (a shallow copy: timings are per call)."""
+        key = self._key(inputs, merge)
+        entry = self._plans.get(key)
+        if entry is None:
+            return None
+        sources, kept_merge, plan = entry
+        if kept_merge != merge or len(sources) != len(inputs):
+            return None
+        if any(a is not b for a, b in zip(sources, inputs)):
+            return None
+        self._plans.move_to_end(key)
+        self.hits += 1
+        return replace(plan)
+
+    def put(self, inputs: Sequence[Any], merge: tuple[bool, ...], plan: Plan) -> None:
+        """Records a newly built batch; keeps its plan if the batch was seen before."""
+        key = self._key(inputs, merge)
+        if key not in self._seen:
+            self._seen[key] = None
+            if len(self._seen) > 4 * self.size:
+                self._seen.popitem(last=False)
+            return
+        self._plans[key] = (tuple(inputs), merge, plan)
+        self._plans.move_to_end(key)
+        if len(self._plans) > self.size:
+            self._plans.popitem(last=False)

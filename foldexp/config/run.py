@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from foldexp.config.fields import non_negative, positive, probability
+from foldexp.config.fields import non_negative, positive, probability, ranged
 
 __all__ = [
     "Balance",
@@ -55,7 +55,9 @@ class Balance(str, Enum):
 @dataclass
 class DeviceConfig:
     name: DeviceName = DeviceName.cpu  # cpu | cuda | auto
-    threads: int = non_negative(2)  # torch intra-op threads (0 = torch's default)
+    # torch intra-op threads: null = 2, or 1 on a machine already busy when foldexp started
+    # (foldexp/startup.py); 0 = torch's default
+    threads: int | None = ranged(None, ge=0, none_ok=True)
     # CPU float32 dense layers through oneDNN (foldexp/kernels/dense.py): null = where it pays
     # (not on Intel CPUs, whose MKL is faster); true / false force it
     onednn: bool | None = None

@@ -25,7 +25,7 @@ from foldexp.blocks.internal import (
     fused_blocks,
     structure_builder,
 )
-from foldexp.compiler.cache import TraceCache
+from foldexp.compiler.cache import PlanCache, TraceCache
 from foldexp.compiler.schedule import ORDERS, InvalidInput, Plan, schedule
 from foldexp.compiler.trace import locate_input_error, trace_batch
 from foldexp.executor.run import execute
@@ -69,7 +69,9 @@ class Compiler(nn.Module):
         block: the root block (anything ``convert_to_block`` accepts).
         input_type: the root's input type; Python objects by default.
         cache_traces: keep each input's trace and reuse it when the same (unmutated) input
-            object comes back in a later batch — an epoch then costs only scheduling. See
+            object comes back in a later batch — an epoch then costs only scheduling; and keep
+            the plan of a batch built twice (the same inputs in the same order: an evaluation
+            split, a repeated request), which then costs neither. See
             ``foldexp/compiler/cache.py``.
         fuse_ops: trace each run of two or more op blocks in a ``Pipe`` (``Function >>
             Function``) as one operation: fewer invocations, calls and buffer writes, the same
@@ -120,6 +122,7 @@ class Compiler(nn.Module):
         self.layers = nn.ModuleList(modules)
         self._build_output = None if isinstance(out, VoidType) else structure_builder(out)
         self.trace_cache = TraceCache(fuse=fuse_ops) if cache_traces else None
+        self.plan_cache = PlanCache() if cache_traces else None
         self.last_stats: dict[str, float] = {}
         self.last_metrics: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -140,6 +143,12 @@ class Compiler(nn.Module):
         if len(inputs) == 0:
             raise ValueError("cannot compile an empty batch")
         t0 = time.perf_counter()
+        merge = tuple(not op.is_random() for op in self.ops) if self.merge_duplicates else ()
+        if self.plan_cache is not None:
+            plan = self.plan_cache.get(inputs, merge)
+            if plan is not None:
+                plan.trace_seconds, plan.schedule_seconds = 0.0, time.perf_counter() - t0  # type: ignore[attr-defined]
+                return plan
         if self.trace_cache is not None:
             trace, out_vids = self.trace_cache.trace_batch(
                 self.root, self.ops, inputs, self.output_type
@@ -149,14 +158,15 @@ class Compiler(nn.Module):
                 self.root, self.ops, inputs, self.output_type, fuse=self.fuse_ops
             )
         t1 = time.perf_counter()
-        merge = [not op.is_random() for op in self.ops] if self.merge_duplicates else None
         try:
-            plan = schedule(trace, out_vids, self.schedule_order, merge)
+            plan = schedule(trace, out_vids, self.schedule_order, list(merge) or None)
         except InvalidInput as e:
             # Found batch-wide; the blocks' own checks say which input and where.
             raise locate_input_error(self.root, inputs) or InputError(None, str(e)) from None
         plan.trace_seconds = t1 - t0  # type: ignore[attr-defined]
         plan.schedule_seconds = time.perf_counter() - t1  # type: ignore[attr-defined]
+        if self.plan_cache is not None:
+            self.plan_cache.put(inputs, merge, plan)
         return plan
 
     def run(self, plan: Plan) -> Any:

@@ -41,6 +41,7 @@ from omegaconf import DictConfig, OmegaConf
 from foldexp.config import enum_value
 from foldexp.experiments.build import build_dataset, build_model, check_vectors
 from foldexp.kernels import keep_freed_memory, set_onednn_enabled
+from foldexp.startup import BUSY_AT_START, default_threads
 from foldexp.train import distributed as dd
 from foldexp.train import launch
 from foldexp.train.artifacts import read_verified_json, write_json
@@ -137,15 +138,18 @@ def _configure_process(device_cfg: DictConfig, ctx: dd.DistContext) -> None:
     set_onednn_enabled(device_cfg.onednn)
     if device_cfg.keep_memory and not keep_freed_memory():
         log.info("device.keep_memory: not glibc, freed memory is managed as usual")
-    if not device_cfg.threads:
+    threads = default_threads(device_cfg.threads)
+    if device_cfg.threads is None and BUSY_AT_START and ctx.is_main:
+        log.info("the machine was busy at start (load >= cores): 1 intra-op thread")
+    if not threads:
         return
-    torch.set_num_threads(device_cfg.threads)
+    torch.set_num_threads(threads)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
     cores = os.cpu_count() or 1
-    if ctx.is_main and local * device_cfg.threads > cores:
+    if ctx.is_main and local * threads > cores:
         log.warning(
             "%d processes x device.threads=%d exceed the %d CPU cores: set device.threads=%d",
-            *(local, device_cfg.threads, os.cpu_count(), max(1, cores // local)),
+            *(local, threads, os.cpu_count(), max(1, cores // local)),
         )
 
 

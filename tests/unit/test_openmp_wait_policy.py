@@ -1,4 +1,5 @@
-"""``import foldexp`` shortens torch's OpenMP spin-wait, or makes it sleep on a busy machine."""
+"""``import foldexp`` shortens torch's OpenMP spin-wait, or on a busy machine makes it sleep and
+runs one intra-op thread (``foldexp/startup.py``)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,35 @@ def test_the_users_own_setting_wins() -> None:
 def test_left_alone_when_torch_came_first() -> None:
     # OpenMP has read its settings by then; changing the variables would only mislead.
     assert _settings({}, "import torch; " + CODE) == "None None"
+
+
+THREADS = (
+    "from foldexp.startup import default_threads; print(default_threads(), default_threads(3))"
+)
+
+
+def test_one_thread_on_a_machine_busy_at_start_unless_asked() -> None:
+    quiet = "import os; os.getloadavg = lambda: (0.0, 0.0, 0.0); os.cpu_count = lambda: 2; "
+    busy = "import os; os.getloadavg = lambda: (1e6, 0.0, 0.0); "
+    assert _settings({}, quiet + THREADS) == "2 3"
+    assert _settings({}, busy + THREADS) == "1 3"
+
+
+def test_the_thread_choice_reaches_a_run() -> None:
+    import torch
+    from omegaconf import OmegaConf
+
+    from foldexp.startup import default_threads
+    from foldexp.train.distributed import DistContext
+    from foldexp.train.loop import _configure_process
+
+    old = torch.get_num_threads()
+    try:
+        cfg = OmegaConf.create({"onednn": None, "keep_memory": False, "threads": None})
+        _configure_process(cfg, DistContext())
+        assert torch.get_num_threads() == default_threads()
+        cfg.threads = 1
+        _configure_process(cfg, DistContext())
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(old)

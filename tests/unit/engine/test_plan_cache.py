@@ -1,0 +1,76 @@
+"""The plan cache (``compiler/cache.py``): a batch that comes back whole skips trace and schedule,
+with the same outputs and gradients, and nothing else is ever served from it."""
+
+from __future__ import annotations
+
+import torch
+
+import foldexp.blocks as fb
+from foldexp import Compiler
+from foldexp.models.tree_lstm import random_tree, tree_lstm_classifier
+from foldexp.testing import assert_compilers_agree
+
+
+def _trees(rng, n: int) -> list:
+    return [random_tree(int(k), 50, rng) for k in rng.integers(1, 20, size=n)]
+
+
+def test_a_batch_built_twice_is_served_from_then_on(rng) -> None:
+    block = tree_lstm_classifier(50, 8, 8, 5)
+    plain, cached = Compiler(block), Compiler(block, cache_traces=True)
+    trees = _trees(rng, 6)
+    for _ in range(4):
+        assert_compilers_agree(plain, cached, trees)
+    assert cached.plan_cache is not None
+    assert len(cached.plan_cache) == 1 and cached.plan_cache.hits == 2
+    assert cached.last_stats["trace"] == 0.0
+
+
+def test_other_orders_and_subsets_are_not_hits(rng) -> None:
+    block = tree_lstm_classifier(50, 8, 8, 5)
+    plain, cached = Compiler(block), Compiler(block, cache_traces=True)
+    trees = _trees(rng, 6)
+    for batch in (trees, trees, trees[::-1], trees[:5], trees[1:], trees):
+        assert_compilers_agree(plain, cached, batch)
+    assert cached.plan_cache.hits == 1  # type: ignore[union-attr]
+
+
+def test_shuffled_batches_are_never_kept(rng) -> None:
+    cached = Compiler(tree_lstm_classifier(50, 8, 8, 5), cache_traces=True)
+    trees = _trees(rng, 40)
+    for _ in range(5):
+        order = rng.permutation(len(trees))
+        for k in range(0, len(trees), 8):
+            cached([trees[i] for i in order[k : k + 8]])
+    assert len(cached.plan_cache) == 0  # type: ignore[arg-type]
+
+
+def test_dropout_switched_on_or_off_is_a_different_plan() -> None:
+    # In eval mode equal invocations merge; in training mode a dropout op must not be merged,
+    # and running a merged plan with dropout on would raise.
+    drop = torch.nn.Dropout(0.5)
+    block = fb.Map(fb.Scalar() >> fb.Function(lambda x: x.unsqueeze(-1).expand(-1, 4)))
+    block = block >> fb.Map(fb.Function(drop)) >> fb.Reduce(fb.Function(torch.add))
+    model = Compiler(block, cache_traces=True)
+    xs = [[1.0, 1.0, 1.0], [2.0, 2.0]]
+    drop.eval()
+    for _ in range(3):
+        torch.testing.assert_close(model(xs), torch.tensor([[3.0] * 4, [4.0] * 4]))
+    drop.train()
+    for _ in range(3):
+        out = model(xs)  # would raise on the cached eval plan (it merged the dropout's calls)
+        assert out.shape == (2, 4)
+    assert model.plan_cache.hits == 2  # type: ignore[union-attr]
+
+
+def test_at_most_size_plans_least_recently_used_dropped(rng) -> None:
+    cached = Compiler(tree_lstm_classifier(50, 8, 8, 5), cache_traces=True)
+    cached.plan_cache.size = 2  # type: ignore[union-attr]
+    batches = [_trees(rng, 3) for _ in range(3)]
+    for b in batches:
+        cached(b), cached(b)  # seen twice: kept
+    assert len(cached.plan_cache) == 2  # type: ignore[arg-type]
+    cached(batches[0])  # dropped: built again (a miss), and kept again
+    assert cached.plan_cache.hits == 0  # type: ignore[union-attr]
+    cached(batches[2])
+    assert cached.plan_cache.hits == 1  # type: ignore[union-attr]
