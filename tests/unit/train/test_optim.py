@@ -80,3 +80,29 @@ def test_sgd_word_table_trains_and_resumes_like_an_uninterrupted_run(
 def test_embedding_optimizer_value_is_checked_at_compose_time(tmp_path: Path, tiny) -> None:
     with pytest.raises(Exception, match="embedding_optimizer"):
         compose_config([*tiny, "model.embedding_optimizer=adamw"], tmp_path)
+
+
+@pytest.mark.parametrize("cls", [torch.optim.Adagrad, torch.optim.Adam, torch.optim.SGD])
+def test_fused_where_torch_has_a_kernel_with_the_unfused_results(cls) -> None:
+    w, e = _params()
+    w2, e2 = (torch.nn.Parameter(p.detach().clone()) for p in (w, e))
+    fused = build_optimizer(partial(cls, lr=0.1, weight_decay=0.01), [{"params": [w, e]}])
+    plain = cls([w2, e2], lr=0.1, weight_decay=0.01)
+    assert fused.param_groups[0]["fused"] is True
+    for _ in range(5):
+        _grads(w, e)
+        w2.grad, e2.grad = w.grad.clone(), e.grad.clone()
+        fused.step()
+        plain.step()
+    torch.testing.assert_close(w, w2)
+    torch.testing.assert_close(e, e2)
+
+
+def test_unfused_where_there_is_no_kernel_or_the_user_chose() -> None:
+    w, e = _params()
+    rms = build_optimizer(partial(torch.optim.RMSprop, lr=0.1), [{"params": [w]}])
+    assert isinstance(rms, torch.optim.RMSprop)
+    own = build_optimizer(partial(torch.optim.Adagrad, lr=0.1, fused=False), [{"params": [w]}])
+    assert not own.param_groups[0]["fused"]
+    ints = build_optimizer(partial(torch.optim.SGD, lr=0.1), [{"params": [e.detach().long()]}])
+    assert not ints.param_groups[0]["fused"]
