@@ -172,7 +172,7 @@ class Compiler(nn.Module):
     def run(self, plan: Plan) -> Any:
         """Executes a plan built by ``build``; returns the batched output."""
         t0 = time.perf_counter()
-        params = list(self.parameters())
+        params = list(self.parameters()) if torch.is_grad_enabled() else []  # none to train
         flat = execute(plan, self.ops, params, self.device)
         n_out = len(plan.outputs)
         self.last_metrics = {

@@ -128,6 +128,7 @@ class _Sweep:
             if g is not None and gbuf[tid] is not None:
                 _accumulate(gbuf[tid], rows, g)
         param_grads: list[torch.Tensor | None] = [None] * self.n_params
+        owned: set[int] = set()  # param_grads this sweep allocated, so may add into in place
         for gi in range(len(plan.groups) - 1, -1, -1):
             g = plan.groups[gi]
             leaves, outs = self.records[gi]
@@ -151,10 +152,27 @@ class _Sweep:
                 if gx is not None:
                     _accumulate(gbuf[ga.tid], ga.rows, gx)  # type: ignore[arg-type]
             for (i, _), gp in zip(wrt_params, res[len(wrt_leaves) :]):
-                if gp is not None:
-                    param_grads[i] = gp if param_grads[i] is None else param_grads[i] + gp
+                _add_param_grad(param_grads, owned, i, gp)
         self.bufs = []
         return param_grads
+
+
+def _add_param_grad(
+    grads: list[torch.Tensor | None], owned: set[int], i: int, g: torch.Tensor | None
+) -> None:
+    """Adds one group's gradient of parameter ``i``. The first is kept as autograd gave it (it
+    may alias another tensor, so it is never written); the first sum allocates a tensor that
+    later groups add into in place, sparing a full-size allocation per group."""
+    if g is None:
+        return
+    acc = grads[i]
+    if acc is None:
+        grads[i] = g
+    elif i in owned:
+        acc.add_(g)
+    else:
+        grads[i] = acc + g
+        owned.add(i)
 
 
 def _accumulate(buf: torch.Tensor, rows: Index, g: torch.Tensor) -> None:
