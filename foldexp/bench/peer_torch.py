@@ -68,6 +68,7 @@ def _engine(
     cache_traces: bool = False,
     schedule_order: str = "depth",
     merge_duplicates: bool = True,
+    cache_plans: bool | None = None,
 ) -> tuple[Step, dict]:
     import foldexp
     import foldexp.blocks as fb
@@ -80,6 +81,7 @@ def _engine(
         cache_traces=cache_traces,
         schedule_order=schedule_order,
         merge_duplicates=merge_duplicates,
+        cache_plans=cache_plans,
     )
 
     def step() -> dict[str, Any]:
@@ -260,9 +262,11 @@ def _dgl(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, di
 
 
 def _engine_cached(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
-    # The same trees come back every step, as a dataset does every epoch: each tree is traced
-    # once (during warm-up) and every step still concatenates the traces and schedules.
-    return _engine(m, trees, labels, cache_traces=True)
+    # The same trees come back every step, as a dataset's do every epoch: each tree is traced
+    # once (during warm-up) and every step still concatenates the traces and schedules. An
+    # epoch's shuffled batches are new each time, so the plan cache, which would serve this
+    # repeated batch whole, is kept out.
+    return _engine(m, trees, labels, cache_traces=True, cache_plans=False)
 
 
 def _engine_agenda(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:

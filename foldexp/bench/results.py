@@ -70,14 +70,16 @@ def table1_ratios(per_batch: pd.DataFrame) -> pd.DataFrame:
 
     Args:
         per_batch: indexed by batch size, with columns ``manual``, ``dynamic``, ``full_dynamic``
-            (median seconds per batch) and optionally ``schedule_full_dynamic``.
+            (median seconds per batch) and optionally ``schedule_full_dynamic`` and
+            ``schedule_cached_full_dynamic``.
 
     Returns:
         per batch size: ``*_batch`` and ``*_tree`` seconds, ``cost_ratio`` = dynamic / manual,
         ``full_ratio`` = full dynamic / manual, ``speedup_ratio`` = manual per-tree time at
         batch size 1 / full-dynamic per-tree time (NaN without a batch-1 row), ``speedup_node``
         the same with the one-op-per-node manual time at batch 1 (column ``manual_node``, the
-        paper's baseline), and the schedule time with its share of a full-dynamic step.
+        paper's baseline), and the schedule time with its share of a full-dynamic step, also
+        with per-input traces cached (``schedule_cached_*``).
     """
     t = per_batch.sort_index(ascending=False)
     b = t.index.to_numpy(dtype=float)
@@ -92,9 +94,12 @@ def table1_ratios(per_batch: pd.DataFrame) -> pd.DataFrame:
     out["speedup_ratio"] = base / out["full_tree"]
     node = t["manual_node"].get(1, np.nan) if "manual_node" in t else np.nan
     out["speedup_node"] = node / out["full_tree"]
-    sched = t["schedule_full_dynamic"] if "schedule_full_dynamic" in t else np.nan
-    out["schedule_batch"] = sched
-    out["schedule_share"] = out["schedule_batch"] / (out["schedule_batch"] + out["full_batch"])
+    for name, col in (
+        ("schedule", "schedule_full_dynamic"),
+        ("schedule_cached", "schedule_cached_full_dynamic"),
+    ):
+        out[f"{name}_batch"] = t[col] if col in t else np.nan
+        out[f"{name}_share"] = out[f"{name}_batch"] / (out[f"{name}_batch"] + out["full_batch"])
     out.index.name = "batch_size"
     return out
 

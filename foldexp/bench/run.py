@@ -116,7 +116,8 @@ def summarize(df: pd.DataFrame, seconds: float | None = None) -> str:
             f"1.18–1.30); speedup ratio {_x(t.loc[bmax, 'speedup_ratio'])} at batch {bmax} "
             f"(vs the paper's per-node manual at batch 1: {_x(t.loc[bmax, 'speedup_node'])}; "
             f"paper CPU 28.86 at 1024); schedule building "
-            f"{100 * t.loc[bmax, 'schedule_share']:.0f}% of a full-dynamic step at batch {bmax}."
+            f"{100 * t.loc[bmax, 'schedule_share']:.0f}% of a full-dynamic step at batch {bmax} "
+            f"({100 * t.loc[bmax, 'schedule_cached_share']:.0f}% with per-input traces cached)."
         )
         if 1 in t.index:
             one = t.loc[1, "dynamic_tree"] / t.loc[1, "manual_tree"]

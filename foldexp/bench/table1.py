@@ -8,7 +8,10 @@ and each batch size, three cases are timed side by side (``timing.run_interleave
 - ``dynamic``: the engine on those same trees; ``Compiler.build`` is timed as
   ``schedule_dynamic`` and ``Compiler.run`` (plus the backward) as ``dynamic``;
 - ``full_dynamic``: the engine on random trees of the same size, every shape different;
-  ``schedule_full_dynamic`` and ``full_dynamic`` likewise;
+  ``schedule_full_dynamic`` and ``full_dynamic`` likewise, and ``schedule_cached_full_dynamic``
+  the same batch built by a compiler that keeps per-input traces (``cache_traces``, as every
+  model of ``foldexp.models`` does; plans are not kept, so it schedules every time): what
+  building costs from the second epoch over a dataset on;
 - at batch size 1 only, ``manual_node``: one op per node, the paper's baseline, so the paper's
   speedup ratio (``speedup_node``) can be computed beside ours (``speedup_ratio``, whose
   batch-1 manual time already batches each level of the tree).
@@ -41,6 +44,7 @@ COLUMNS = (
     "full_dynamic",
     "schedule_dynamic",
     "schedule_full_dynamic",
+    "schedule_cached_full_dynamic",
     "manual_node",
 )
 
@@ -57,8 +61,10 @@ def table1_cases(
     batch: int,
     training: bool,
     seed: int,
+    cached: Compiler | None = None,
 ) -> list[Case]:
-    """The cases of one batch size (plus ``manual_node`` at batch 1), on trees from ``seed``."""
+    """The cases of one batch size (plus ``manual_node`` at batch 1), on trees from ``seed``;
+    ``cached`` (a compiler keeping per-input traces) also builds the full-dynamic batch."""
     rng = np.random.default_rng(seed)
     template = make_tree(bench.leaves, bench.vocab_size, rng, "random")
     levels = levels_of(template)
@@ -77,9 +83,14 @@ def table1_cases(
         with sw("manual"), grad():
             finish(manual(levels, words))
 
-    def engine_step(trees: list, column: str, extra: dict[str, Any]) -> Callable[..., None]:
+    def engine_step(
+        trees: list, column: str, extra: dict[str, Any], cached: Compiler | None = None
+    ) -> Callable[..., None]:
         def step(sw: Stopwatch) -> None:
             model.zero_grad(set_to_none=True)
+            if cached is not None:
+                with sw(f"schedule_cached_{column}"):
+                    cached.build(trees)
             with sw(f"schedule_{column}"):
                 plan = compiler.build(trees)
             with sw(column), grad():
@@ -95,7 +106,7 @@ def table1_cases(
     cases = [
         Case("manual", manual_step, {"calls": manual_calls, "depth": levels.depth + 1}),
         Case("dynamic", engine_step(same, "dynamic", dyn_extra), dyn_extra),
-        Case("full_dynamic", engine_step(full, "full_dynamic", full_extra), full_extra),
+        Case("full_dynamic", engine_step(full, "full_dynamic", full_extra, cached), full_extra),
     ]
     if batch == 1 and bench.manual != "node":
         # The paper's own baseline (one op per node) at batch 1: its speedup ratio's numerator.
@@ -115,6 +126,7 @@ def table1_cells(bench: Any, env: Env, seed: int) -> list[Cell]:
     # The paper's comparison: the same arithmetic on both sides, so equal invocations (leaves
     # of the same word, and subtrees over them) are not merged here.
     compiler = Compiler(model.block(), merge_duplicates=False)
+    cached = Compiler(model.block(), merge_duplicates=False, cache_traces=True, cache_plans=False)
     cells = []
     for mode in bench.modes:
         mode = enum_value(mode)
@@ -126,7 +138,7 @@ def table1_cells(bench: Any, env: Env, seed: int) -> list[Cell]:
             cells.append(
                 Cell(
                     f"table1 {mode} b={batch}",
-                    _runner(model, compiler, bench, env, batch, training, seed, mode),
+                    _runner(model, (compiler, cached), bench, env, batch, training, seed, mode),
                 )
             )
     return cells
@@ -134,7 +146,7 @@ def table1_cells(bench: Any, env: Env, seed: int) -> list[Cell]:
 
 def _runner(
     model: PaperTreeModel,
-    compiler: Compiler,
+    compilers: tuple[Compiler, Compiler],  # building anew, and keeping per-input traces
     bench: Any,
     env: Env,
     batch: int,
@@ -143,11 +155,12 @@ def _runner(
     mode: str,
 ) -> Callable[[], list[Record]]:
     def run() -> list[Record]:
-        cases = table1_cases(model, compiler, bench, env, batch, training, seed + batch)
+        compiler, cached = compilers
+        cases = table1_cases(model, compiler, bench, env, batch, training, seed + batch, cached)
         warm_batch = min(batch, bench.warmup_trees) if bench.warmup_trees > 0 else batch
         if bench.warmup > 0 and warm_batch < batch:
             # Warm up on a smaller batch: same kernels and thread pool, a fraction of the time.
-            warm = table1_cases(model, compiler, bench, env, warm_batch, training, seed)
+            warm = table1_cases(model, compiler, bench, env, warm_batch, training, seed, cached)
             run_interleaved(warm, env.device, 0, bench.warmup)
             warmup = 0
         else:

@@ -73,6 +73,9 @@ class Compiler(nn.Module):
             the plan of a batch built twice (the same inputs in the same order: an evaluation
             split, a repeated request), which then costs neither. See
             ``foldexp/compiler/cache.py``.
+        cache_plans: keep the plans of batches built twice, as above; ``None`` (the default):
+            when ``cache_traces`` is on. ``False`` with ``cache_traces``: every batch is
+            scheduled, as an epoch of shuffled batches is.
         fuse_ops: trace each run of two or more op blocks in a ``Pipe`` (``Function >>
             Function``) as one operation: fewer invocations, calls and buffer writes, the same
             results; depths and call counts then count a run once (``blocks/_fusion.py``).
@@ -99,6 +102,7 @@ class Compiler(nn.Module):
         fuse_ops: bool = True,
         schedule_order: str = "depth",
         merge_duplicates: bool = True,
+        cache_plans: bool | None = None,
     ) -> None:
         super().__init__()
         root = convert_to_block(block)
@@ -122,7 +126,8 @@ class Compiler(nn.Module):
         self.layers = nn.ModuleList(modules)
         self._build_output = None if isinstance(out, VoidType) else structure_builder(out)
         self.trace_cache = TraceCache(fuse=fuse_ops) if cache_traces else None
-        self.plan_cache = PlanCache() if cache_traces else None
+        keep_plans = cache_traces if cache_plans is None else cache_plans
+        self.plan_cache = PlanCache() if keep_plans else None
         self.last_stats: dict[str, float] = {}
         self.last_metrics: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 

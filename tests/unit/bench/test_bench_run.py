@@ -34,6 +34,7 @@ def test_csv_is_tidy_one_row_per_measurement(toy_run: tuple[Path, pd.DataFrame])
     assert len(csv) == len(df) and (csv["seconds"] > 0).all()
     t1 = csv[csv["experiment"] == "table1"]
     cols = {"manual", "dynamic", "full_dynamic", "schedule_dynamic", "schedule_full_dynamic"}
+    cols |= {"schedule_cached_full_dynamic"}  # the same batch with per-input traces kept
     assert set(t1["column"]) == cols | {"manual_node"}
     assert set(t1.loc[t1["column"] == "manual_node", "batch_size"]) == {1}  # the paper's baseline
     assert set(t1["mode"]) == {"inference", "training"}

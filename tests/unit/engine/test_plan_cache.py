@@ -74,3 +74,16 @@ def test_at_most_size_plans_least_recently_used_dropped(rng) -> None:
     assert cached.plan_cache.hits == 0  # type: ignore[union-attr]
     cached(batches[2])
     assert cached.plan_cache.hits == 1  # type: ignore[union-attr]
+
+
+def test_plans_kept_or_not_apart_from_traces(rng) -> None:
+    block = tree_lstm_classifier(50, 8, 8, 5)
+    plain = Compiler(block)
+    traces_only = Compiler(block, cache_traces=True, cache_plans=False)
+    plans_only = Compiler(block, cache_plans=True)
+    assert traces_only.plan_cache is None and plans_only.trace_cache is None
+    trees = _trees(rng, 5)
+    for _ in range(3):
+        assert_compilers_agree(plain, traces_only, trees)
+        assert_compilers_agree(plain, plans_only, trees)
+    assert plans_only.plan_cache.hits == 1  # type: ignore[union-attr]
