@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import traceback
 from pathlib import Path
 
@@ -32,31 +31,11 @@ from foldexp.train.checkpoint import read_checkpoint
 from foldexp.train.loop import run_train
 from foldexp.train.resume_config import ResumeConfigError, config_changes
 
-TINY = [
-    "dataset.n=60",
-    "trainer.epochs=1",
-    "trainer.batch_size=16",
-    "trainer.progress=false",
-    "trainer.plots=false",
-    "model.hidden_size=8",
-    "model.embed_size=4",
-]
-RESUME = [*TINY, "trainer.resume=true", "trainer.epochs=2"]
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished one-epoch run (copy it before changing anything)."""
-    out = tmp_path_factory.mktemp("finished")
-    run_train(compose_config(TINY, out))
-    return out
-
 
 @pytest.fixture
-def run(finished: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(finished, copy)
-    return copy
+def resume(tiny: list[str]) -> list[str]:
+    """Overrides resuming a ``tiny`` run for a second epoch."""
+    return [*tiny, "trainer.resume=true", "trainer.epochs=2"]
 
 
 def _flip_middle(path: Path, n: int = 64) -> None:
@@ -78,25 +57,27 @@ def _assert_refused_well(message: str, path: Path) -> None:
     assert "trainer.overwrite=true" in message and "best.pt" in message  # what to do
 
 
-def test_flipped_bytes_in_last_pt_are_refused(run: Path) -> None:
+def test_flipped_bytes_in_last_pt_are_refused(resume: list[str], run: Path) -> None:
     last = run / "checkpoints" / "last.pt"
     _flip_middle(last)
     torch.load(last, weights_only=True)  # torch itself reads it without a murmur
     with pytest.raises(CorruptFileError, match="does not match its checksum") as err:
-        run_train(compose_config(RESUME, run))
+        run_train(compose_config(resume, run))
     _assert_refused_well(str(err.value), last)
 
 
 @pytest.mark.parametrize("sidecar", [True, False], ids=["checksummed", "legacy"])
 @pytest.mark.parametrize("keep", [0, 0.5], ids=["empty", "truncated"])
-def test_empty_or_truncated_last_pt_names_the_file(run: Path, sidecar: bool, keep: float) -> None:
+def test_empty_or_truncated_last_pt_names_the_file(
+    resume: list[str], run: Path, sidecar: bool, keep: float
+) -> None:
     last = run / "checkpoints" / "last.pt"
     data = last.read_bytes()
     last.write_bytes(data[: int(len(data) * keep)])
     if not sidecar:
         checksum_path(last).unlink()
     with pytest.raises(CorruptFileError) as err:
-        run_train(compose_config(RESUME, run))
+        run_train(compose_config(resume, run))
     message = str(err.value)
     _assert_refused_well(message, last)
     assert ("empty (0 bytes)" if keep == 0 else "bytes") in message
@@ -108,13 +89,15 @@ class Smuggled:
     """Stands for any class a crafted checkpoint might name."""
 
 
-def test_refused_pickle_is_explained_without_weights_only_advice(run: Path) -> None:
+def test_refused_pickle_is_explained_without_weights_only_advice(
+    resume: list[str], run: Path
+) -> None:
     last = run / "checkpoints" / "last.pt"
     payload = torch.load(last, weights_only=True)
     payload["model"] = Smuggled()
     atomic_write(last, lambda tmp: torch.save(payload, tmp), checksum=True)  # checksum "valid"
     with pytest.raises(CorruptFileError) as err:
-        run_train(compose_config(RESUME, run))
+        run_train(compose_config(resume, run))
     message = str(err.value)
     assert "Smuggled" in message and "never unpickles" in message
     _assert_refused_well(message, last)
@@ -129,20 +112,20 @@ def test_refused_pickle_is_explained_without_weights_only_advice(run: Path) -> N
     ],
 )
 def test_resume_with_another_config_is_refused(
-    run: Path, override: str, key: str, old: str, new: str
+    resume: list[str], run: Path, override: str, key: str, old: str, new: str
 ) -> None:
     before = {p.name: file_sha256(p) for p in run.rglob("*") if p.is_file() and p.suffix != ".lock"}
     with pytest.raises(ResumeConfigError) as err:
-        run_train(compose_config([*RESUME, override], run))
+        run_train(compose_config([*resume, override], run))
     message = str(err.value)
     assert f"{key}: {old} in the run, {new} now" in message and str(run) in message
     after = {p.name: file_sha256(p) for p in run.rglob("*") if p.is_file() and p.suffix != ".lock"}
     assert after == before  # refused before run_info.json or anything else was rewritten
 
 
-def test_resume_may_change_length_display_and_threads(run: Path) -> None:
+def test_resume_may_change_length_display_and_threads(resume: list[str], run: Path) -> None:
     extra = ["trainer.max_steps=1000", "trainer.plots=true", "device.threads=1", "task_name=x"]
-    results = run_train(compose_config([*RESUME, *extra], run))
+    results = run_train(compose_config([*resume, *extra], run))
     assert results["epochs_run"] == 2 and results["seed"] == 0
 
 
@@ -153,7 +136,7 @@ def test_moved_data_folder_is_not_a_change() -> None:
 
 
 def test_legacy_checkpoint_without_checksum_or_config_resumes_with_warnings(
-    run: Path, caplog: pytest.LogCaptureFixture
+    resume: list[str], run: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     last = run / "checkpoints" / "last.pt"
     payload = torch.load(last, weights_only=True)
@@ -162,7 +145,7 @@ def test_legacy_checkpoint_without_checksum_or_config_resumes_with_warnings(
     for sidecar in run.rglob("*.sha256"):
         sidecar.unlink()
     with caplog.at_level(logging.WARNING, logger="foldexp.train"):
-        results = run_train(compose_config(RESUME, run))
+        results = run_train(compose_config(resume, run))
     assert results["epochs_run"] == 2
     assert "no .sha256 sidecar" in caplog.text and "stores no config" in caplog.text
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -24,37 +23,11 @@ from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
 from foldexp.train.rundir import clean_stale_tmp
 
-TINY = [
-    "dataset.n=60",
-    "trainer.epochs=1",
-    "trainer.batch_size=16",
-    "trainer.progress=false",
-    "trainer.plots=false",
-    "model.hidden_size=8",
-    "model.embed_size=4",
-]
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished one-epoch run (copy it before changing anything)."""
-    out = tmp_path_factory.mktemp("finished")
-    run_train(compose_config(TINY, out))
-    return out
-
-
-@pytest.fixture
-def run(finished: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(finished, copy)
-    return copy
-
-
 # ---------------------------------------------------------------------- metrics.csv
 
 
 def test_resume_rewrites_metrics_csv_a_kill_left_short(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import foldexp.train.fit as fit
 
@@ -68,11 +41,11 @@ def test_resume_rewrites_metrics_csv_a_kill_left_short(
 
     monkeypatch.setattr(fit, "write_metrics_csv", killed_on_second)
     with pytest.raises(KeyboardInterrupt):
-        run_train(compose_config([*TINY, "trainer.epochs=2"], tmp_path))
+        run_train(compose_config([*tiny, "trainer.epochs=2"], tmp_path))
     monkeypatch.undo()
     assert len(pd.read_csv(tmp_path / "metrics.csv")) == 1
 
-    resume = [*TINY, "trainer.epochs=2", "trainer.resume=true", "trainer.plots=true"]
+    resume = [*tiny, "trainer.epochs=2", "trainer.resume=true", "trainer.plots=true"]
     run_train(compose_config(resume, tmp_path))
     metrics = pd.read_csv(tmp_path / "metrics.csv")
     history = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)["progress"]
@@ -165,7 +138,7 @@ def _dead_pid() -> int:
     return int(proc.stdout)
 
 
-def test_temporary_files_of_killed_writes_are_removed_on_start(run: Path) -> None:
+def test_temporary_files_of_killed_writes_are_removed_on_start(tiny: list[str], run: Path) -> None:
     dead, live = _dead_pid(), os.getppid()
     stale = [
         run / "checkpoints" / f".last.pt.{dead}.k2j4_x9a.tmp",
@@ -175,7 +148,7 @@ def test_temporary_files_of_killed_writes_are_removed_on_start(run: Path) -> Non
     kept = run / f".results.json.{live}.zzzzzzzz.tmp"  # a live writer's: not ours to remove
     for path in [*stale, kept]:
         path.write_bytes(b"partial")
-    run_train(compose_config([*TINY, "trainer.resume=true"], run))
+    run_train(compose_config([*tiny, "trainer.resume=true"], run))
     assert [p for p in stale if p.exists()] == []
     assert kept.exists()
     assert clean_stale_tmp(run) == []
@@ -196,8 +169,8 @@ def _mode(path: Path) -> int:
 
 
 @pytest.mark.usefixtures("umask")
-def test_files_are_created_as_the_umask_allows(tmp_path: Path) -> None:
-    run_train(compose_config([*TINY, "trainer.plots=true"], tmp_path / "run"))
+def test_files_are_created_as_the_umask_allows(tiny: list[str], tmp_path: Path) -> None:
+    run_train(compose_config([*tiny, "trainer.plots=true"], tmp_path / "run"))
     made = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
     names = {p.name for p in made}
     assert {"results.json", "results.json.sha256", "last.pt", "metrics.csv", "loss.png"} <= names

@@ -9,7 +9,6 @@ folder fails at once naming the folder and the owner's PID. A folder that alread
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -22,31 +21,6 @@ from foldexp.train.artifacts import file_sha256
 from foldexp.train.loop import run_train
 from foldexp.train.rundir import LOCK_NAME, RunFolderError, lock_run_dir
 
-TINY = [
-    "dataset.n=60",
-    "trainer.epochs=1",
-    "trainer.batch_size=16",
-    "trainer.progress=false",
-    "trainer.plots=false",
-    "model.hidden_size=8",
-    "model.embed_size=4",
-]
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished one-epoch run (copy it before changing anything)."""
-    out = tmp_path_factory.mktemp("finished")
-    run_train(compose_config(TINY, out))
-    return out
-
-
-@pytest.fixture
-def run(finished: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(finished, copy)
-    return copy
-
 
 def _snapshot(folder: Path) -> dict[str, str]:
     return {
@@ -56,22 +30,24 @@ def _snapshot(folder: Path) -> dict[str, str]:
     }
 
 
-def test_second_run_is_refused_while_the_first_holds_the_folder(tmp_path: Path) -> None:
+def test_second_run_is_refused_while_the_first_holds_the_folder(
+    tiny: list[str], tmp_path: Path
+) -> None:
     out = tmp_path / "shared"
     lock = lock_run_dir(out)  # the first run, as far as the folder can tell
     try:
         with pytest.raises(RunFolderError) as err:
-            run_train(compose_config(TINY, out))
+            run_train(compose_config(tiny, out))
         message = str(err.value)
         assert str(out) in message and f"pid {os.getpid()}" in message
         assert _snapshot(out) == {}  # the refused run wrote nothing
     finally:
         lock.release()
-    run_train(compose_config(TINY, out))  # free again
+    run_train(compose_config(tiny, out))  # free again
     assert (out / "results.json").exists()
 
 
-def test_lock_held_by_another_process_names_its_pid(tmp_path: Path) -> None:
+def test_lock_held_by_another_process_names_its_pid(tiny: list[str], tmp_path: Path) -> None:
     out = tmp_path / "shared"
     holder = textwrap.dedent(
         f"""
@@ -88,41 +64,45 @@ def test_lock_held_by_another_process_names_its_pid(tmp_path: Path) -> None:
         try:
             assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
             with pytest.raises(RunFolderError, match=rf"another run \(pid {proc.pid} on "):
-                run_train(compose_config(TINY, out))
+                run_train(compose_config(tiny, out))
         finally:
             proc.kill()  # as kill -9 would: the kernel drops the lock with the process
     lock_run_dir(out).release()
 
 
-def test_lock_is_released_when_the_run_fails(run: Path) -> None:
+def test_lock_is_released_when_the_run_fails(tiny: list[str], run: Path) -> None:
     with pytest.raises(RunFolderError):
-        run_train(compose_config(TINY, run))
+        run_train(compose_config(tiny, run))
     lock_run_dir(run).release()
 
 
-def test_new_run_into_a_finished_folder_is_refused_then_overwritten(run: Path) -> None:
+def test_new_run_into_a_finished_folder_is_refused_then_overwritten(
+    tiny: list[str], run: Path
+) -> None:
     before = _snapshot(run)
     with pytest.raises(RunFolderError) as err:
-        run_train(compose_config([*TINY, "seed=3"], run))
+        run_train(compose_config([*tiny, "seed=3"], run))
     message = str(err.value)
     assert str(run) in message and "results.json" in message and "checkpoints/last.pt" in message
     assert "trainer.resume=true" in message and "trainer.overwrite=true" in message
     assert _snapshot(run) == before  # untouched
 
-    results = run_train(compose_config([*TINY, "seed=3", "trainer.overwrite=true"], run))
+    results = run_train(compose_config([*tiny, "seed=3", "trainer.overwrite=true"], run))
     assert results["seed"] == 3
     assert _snapshot(run)["results.json"] != before["results.json"]
 
 
-def test_resume_and_overwrite_together_are_refused(run: Path) -> None:
-    cfg = compose_config([*TINY, "trainer.resume=true", "trainer.overwrite=true"], run)
+def test_resume_and_overwrite_together_are_refused(tiny: list[str], run: Path) -> None:
+    cfg = compose_config([*tiny, "trainer.resume=true", "trainer.overwrite=true"], run)
     with pytest.raises(RunFolderError, match="choose one"):
         run_train(cfg)
 
 
-def test_run_killed_before_its_first_checkpoint_starts_again(tmp_path: Path) -> None:
+def test_run_killed_before_its_first_checkpoint_starts_again(
+    tiny: list[str], tmp_path: Path
+) -> None:
     out = tmp_path / "early"
     out.mkdir()
     (out / "run_info.json").write_text("{}\n")  # all a run leaves before its first checkpoint
-    run_train(compose_config(TINY, out))
+    run_train(compose_config(tiny, out))
     assert (out / "checkpoints" / "last.pt").exists()

@@ -20,16 +20,6 @@ from foldexp.train.artifacts import write_json
 from foldexp.train.loop import run_train
 from foldexp.validate import ConfigError
 
-TINY = [
-    "dataset.n=60",
-    "trainer.epochs=1",
-    "trainer.batch_size=16",
-    "trainer.progress=false",
-    "trainer.plots=false",
-    "model.hidden_size=8",
-    "model.embed_size=4",
-]
-
 # Each would run code if a run folder's config were instantiated as it stands.
 PAYLOADS = {
     "shutil.copyfile": {"src": "/etc/hostname", "dst": "STOLEN"},
@@ -37,13 +27,6 @@ PAYLOADS = {
     "pandas.read_pickle": {"filepath_or_buffer": "STOLEN.pkl"},
     "numpy.load": {"file": "STOLEN.npy", "allow_pickle": True},
 }
-
-
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("run")
-    run_train(compose_config(TINY, out))
-    return out
 
 
 def _crafted(run: Path, tmp_path: Path, file: str, section: str, target: str) -> Path:
@@ -61,10 +44,10 @@ def _crafted(run: Path, tmp_path: Path, file: str, section: str, target: str) ->
 @pytest.mark.parametrize("target", sorted(PAYLOADS))
 @pytest.mark.parametrize("section", ["dataset", "model"])
 def test_ensemble_refuses_a_foreign_target(
-    trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, section: str
+    finished: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, section: str
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    crafted = _crafted(trained_run, tmp_path, "results.json", section, target)
+    crafted = _crafted(finished, tmp_path, "results.json", section, target)
     with pytest.raises(ConfigError) as err:
         run_ensemble([crafted])
     message = str(err.value)
@@ -74,10 +57,10 @@ def test_ensemble_refuses_a_foreign_target(
 
 @pytest.mark.parametrize("target", sorted(PAYLOADS))
 def test_predict_and_eval_refuse_a_foreign_target(
-    trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str
+    finished: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    crafted = _crafted(trained_run, tmp_path, "run_info.json", "dataset", target)
+    crafted = _crafted(finished, tmp_path, "run_info.json", "dataset", target)
     inputs = tmp_path / "in.txt"
     inputs.write_text("(1 (2 3) (4 5))\n")
     for call in (lambda: run_predict(crafted, str(inputs)), lambda: run_eval(crafted)):
@@ -87,21 +70,21 @@ def test_predict_and_eval_refuse_a_foreign_target(
 
 
 def test_teacher_refuses_a_foreign_target(
-    trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny: list[str], finished: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    crafted = _crafted(trained_run, tmp_path, "results.json", "model", "shutil.copyfile")
-    cfg = compose_config([*TINY, f"model.teacher=[{crafted}]"], tmp_path / "student")
+    crafted = _crafted(finished, tmp_path, "results.json", "model", "shutil.copyfile")
+    cfg = compose_config([*tiny, f"model.teacher=[{crafted}]"], tmp_path / "student")
     with pytest.raises(ConfigError, match=r"results\.json: model\._target_='shutil\.copyfile'"):
         run_train(cfg)
     assert not list(tmp_path.glob("STOLEN*"))
 
 
-def test_a_nested_target_is_refused_too(trained_run: Path, tmp_path: Path) -> None:
+def test_a_nested_target_is_refused_too(finished: Path, tmp_path: Path) -> None:
     crafted = tmp_path / "nested"
     import shutil
 
-    shutil.copytree(trained_run, crafted)
+    shutil.copytree(finished, crafted)
     data = json.loads((crafted / "results.json").read_text())
     data["config"]["model"]["vocab"] = {"_target_": "os.system", "command": "true"}
     write_json(crafted / "results.json", data)

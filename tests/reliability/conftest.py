@@ -1,0 +1,42 @@
+"""Shared by the fault-injection tests: a run small enough to train in seconds, and one
+finished run that tests copy before they damage it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from foldexp.train.app import compose_config
+from foldexp.train.loop import run_train
+
+
+@pytest.fixture(scope="session")
+def tiny() -> list[str]:
+    """Overrides for a one-epoch run of the default experiment that trains in seconds."""
+    return [
+        "dataset.n=60",
+        "trainer.epochs=1",
+        "trainer.batch_size=16",
+        "trainer.progress=false",
+        "trainer.plots=false",
+        "model.hidden_size=8",
+        "model.embed_size=4",
+    ]
+
+
+@pytest.fixture(scope="session")
+def finished(tiny: list[str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished ``tiny`` run, shared by every test: read it, or copy it (``run``) to change."""
+    out = tmp_path_factory.mktemp("finished")
+    run_train(compose_config(tiny, out))
+    return out
+
+
+@pytest.fixture
+def run(finished: Path, tmp_path: Path) -> Path:
+    """A copy of ``finished`` of the test's own."""
+    copy = tmp_path / "run"
+    shutil.copytree(finished, copy)
+    return copy
