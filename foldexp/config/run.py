@@ -113,6 +113,9 @@ class OptimizerConfig:
     _partial_: bool = True  # parameters are supplied by the trainer
     lr: float = positive(0.001)  # learning rate
     weight_decay: float = non_negative(0.0)  # L2 penalty
+    # one fused kernel per parameter and step where torch has one (foldexp/train/optim.py):
+    # results equal to float rounding, which compounds over a run; false: torch's per-op steps
+    fused: bool = True
 
 
 @dataclass

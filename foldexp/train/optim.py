@@ -9,7 +9,9 @@ Every optimizer is built with ``fused=True`` where torch has a fused kernel for 
 Adam, AdamW, SGD on CPU and CUDA float parameters): one pass over each parameter's memory per
 step instead of one per arithmetic op. On SST's Tree-LSTM (a 21,208 x 50 word table, 1 thread)
 Adagrad's step took 0.82 ms fused and 2.11 ms unfused; results agree to float rounding (largest
-parameter difference 2.4e-7 after 5 steps).
+parameter difference 2.4e-7 after 5 steps), which compounds over a run: the default
+experiment's test loss after 2 epochs read 0.1607 fused and 0.1666 unfused. ``optimizer.fused=
+false`` restores torch's per-op steps.
 """
 
 from __future__ import annotations
@@ -66,14 +68,19 @@ class OptimizerSet:
 
 
 def _fused(make: Callable[..., torch.optim.Optimizer], groups: list[dict[str, Any]]) -> Any:
-    """``make(groups)``, fused where the optimizer class has a fused kernel for these
-    parameters (dense floating point, all on CPU or all on one CUDA device)."""
+    """``make(groups)``, with ``fused=True`` where the optimizer class has a fused kernel for
+    these parameters (dense floating point, all on CPU or all on one CUDA device), unless
+    ``make`` carries ``fused=False`` (``optimizer.fused``); ``make``'s own ``fused`` is never
+    passed on, so classes without the option take the config too."""
+    keywords = dict(make.keywords) if isinstance(make, partial) else {}
+    want = keywords.pop("fused", True)
     cls = make.func if isinstance(make, partial) else make
+    base = partial(cls, *(make.args if isinstance(make, partial) else ()), **keywords)
     params = [p for g in groups for p in g["params"]]
     devices = {p.device for p in params}
     fusable = (
-        isinstance(cls, type)
-        and "fused" not in (make.keywords if isinstance(make, partial) else {})
+        bool(want)
+        and isinstance(cls, type)
         and "fused" in inspect.signature(cls.__init__).parameters
         and len(devices) == 1
         and next(iter(devices)).type in ("cpu", "cuda")
@@ -81,10 +88,10 @@ def _fused(make: Callable[..., torch.optim.Optimizer], groups: list[dict[str, An
     )
     if fusable:
         try:
-            return make(groups, fused=True)
+            return base(groups, fused=True)
         except (RuntimeError, ValueError):  # no fused kernel for this dtype or option here
             pass
-    return make(groups)
+    return base(groups)
 
 
 def build_optimizer(
@@ -111,7 +118,8 @@ def build_optimizer(
                 f"parameter group optimizer {name!r}; expected one of {sorted(GROUP_OPTIMIZERS)}"
             )
         group = {k: v for k, v in g.items() if k != "optimizer"}
-        optimizers.append(_fused(partial(cls, lr=group["lr"]), [group]))
+        fused = make_main.keywords.get("fused", True) if isinstance(make_main, partial) else True
+        optimizers.append(_fused(partial(cls, lr=group["lr"], fused=fused), [group]))
     return OptimizerSet(optimizers)
 
 

@@ -104,5 +104,11 @@ def test_unfused_where_there_is_no_kernel_or_the_user_chose() -> None:
     assert isinstance(rms, torch.optim.RMSprop)
     own = build_optimizer(partial(torch.optim.Adagrad, lr=0.1, fused=False), [{"params": [w]}])
     assert not own.param_groups[0]["fused"]
+    # the config's switch reaches a class without the option, and a group's own optimizer
+    rms = build_optimizer(partial(torch.optim.RMSprop, lr=0.1, fused=True), [{"params": [w]}])
+    assert isinstance(rms, torch.optim.RMSprop)
+    groups = [{"params": [w]}, {"params": [e], "lr": 0.5, "optimizer": "sgd"}]
+    off = build_optimizer(partial(torch.optim.Adagrad, lr=0.1, fused=False), groups)
+    assert not any(g["fused"] for g in off.param_groups)
     ints = build_optimizer(partial(torch.optim.SGD, lr=0.1), [{"params": [e.detach().long()]}])
     assert not ints.param_groups[0]["fused"]
