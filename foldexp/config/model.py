@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from omegaconf import MISSING
+
 from foldexp.config.fields import positive, probability, ranged
 
 __all__ = [
@@ -39,9 +41,11 @@ class AttentionScore(str, Enum):
 
 
 @dataclass
-class TreeLSTMModelConfig:
-    _target_: str = "foldexp.models.tree_lstm.TreeLSTMClassifier"  # the model class
-    name: str = "tree_lstm"  # shown in results
+class _TreeLSTMFields:
+    """What the binary and the child-sum Tree-LSTM classifiers share."""
+
+    _target_: str = MISSING  # the model class
+    name: str = MISSING  # shown in results
     embed_size: int = positive(64)  # word embedding size (overridden by pretrained vectors' size)
     hidden_size: int = positive(64)  # Tree-LSTM state size
     # dropout on embeddings and on the states fed to the classifier
@@ -58,7 +62,13 @@ class TreeLSTMModelConfig:
     embedding_optimizer: EmbeddingOptimizer | None = None
     # dropout on each cell's candidate update tanh(u) (Semeniuta et al. 2016; Fold paper §3.5.1)
     recurrent_dropout: float = probability(0.0)
-    forget_bias: float = 0.0  # initial bias of the forget gates of internal nodes
+    forget_bias: float = 0.0  # initial bias of the forget gates (any real number)
+
+
+@dataclass
+class TreeLSTMModelConfig(_TreeLSTMFields):
+    _target_: str = "foldexp.models.tree_lstm.TreeLSTMClassifier"
+    name: str = "tree_lstm"
     # [DIR, ...]: run/sweep folders whose models' averaged node probabilities are soft
     # targets (distillation)
     teacher: list[str] | None = None
@@ -67,26 +77,9 @@ class TreeLSTMModelConfig:
 
 
 @dataclass
-class ChildSumTreeLSTMModelConfig:
-    _target_: str = "foldexp.models.child_sum.ChildSumTreeLSTMClassifier"  # the model class
-    name: str = "child_sum_tree_lstm"  # shown in results
-    embed_size: int = positive(64)  # word embedding size (overridden by pretrained vectors' size)
-    hidden_size: int = positive(64)  # Tree-LSTM state size
-    # dropout on embeddings and on the states fed to the classifier
-    dropout: float = probability(0.0)
-    # dropout on embeddings instead (null: dropout)
-    embedding_dropout: float | None = probability(None, none_ok=True)
-    freeze_embeddings: bool = False  # keep pretrained embeddings fixed
-    node_loss: bool = True  # loss on every labelled node (false: root only)
-    # learning rate of the word table (null: optimizer.lr)
-    embedding_lr: float | None = ranged(None, gt=0, none_ok=True)
-    # weight decay of the word table (null: the optimizer's)
-    embedding_weight_decay: float | None = ranged(None, ge=0, none_ok=True)
-    # sgd: plain SGD for the word table at embedding_lr; null: the main optimizer
-    embedding_optimizer: EmbeddingOptimizer | None = None
-    # dropout on each cell's candidate update tanh(u) (Semeniuta et al. 2016)
-    recurrent_dropout: float = probability(0.0)
-    forget_bias: float = 0.0  # any real number is a valid initial bias (as tree_lstm's)
+class ChildSumTreeLSTMModelConfig(_TreeLSTMFields):
+    _target_: str = "foldexp.models.child_sum.ChildSumTreeLSTMClassifier"
+    name: str = "child_sum_tree_lstm"
 
 
 @dataclass
