@@ -17,6 +17,7 @@ only kept once its batch has been seen twice: they cannot push out the plans tha
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -190,7 +191,8 @@ class PlanCache:
     A plan is admitted the second time its batch is built, and at most ``size`` are kept, least
     recently used dropped first; of batches seen once only a hash is kept (at most
     ``4 * size``). A hit is checked input by input with ``is``, so a hash collision costs a
-    miss, never a wrong plan; the kept inputs stay alive, so their ids cannot be reused.
+    miss, never a wrong plan; the kept inputs stay alive, so their ids cannot be reused. A lock
+    keeps the bookkeeping whole when several threads build with one compiler (a server).
     """
 
     def __init__(self, size: int = 64) -> None:
@@ -198,14 +200,24 @@ class PlanCache:
         self._plans: OrderedDict[int, tuple[tuple[Any, ...], tuple[bool, ...], Plan]]
         self._plans = OrderedDict()
         self._seen: OrderedDict[int, None] = OrderedDict()
+        self._lock = threading.Lock()
         self.hits = 0
 
     def __len__(self) -> int:
         return len(self._plans)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy (a DataLoader worker's, a deep copy of the model) starts empty, with a lock of
+        # its own: locks do not pickle, and kept batches are the original's to reuse.
+        return {"size": self.size}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["size"])  # type: ignore[misc]
+
     def clear(self) -> None:
-        self._plans.clear()
-        self._seen.clear()
+        with self._lock:
+            self._plans.clear()
+            self._seen.clear()
 
     @staticmethod
     def _key(inputs: Sequence[Any], merge: tuple[bool, ...]) -> int:
@@ -214,27 +226,29 @@ class PlanCache:
     def get(self, inputs: Sequence[Any], merge: tuple[bool, ...]) -> Plan | None:
         """The plan of this very batch, if it is kept (a shallow copy: timings are per call)."""
         key = self._key(inputs, merge)
-        entry = self._plans.get(key)
-        if entry is None:
-            return None
-        sources, kept_merge, plan = entry
-        if kept_merge != merge or len(sources) != len(inputs):
-            return None
-        if any(a is not b for a, b in zip(sources, inputs)):
-            return None
-        self._plans.move_to_end(key)
-        self.hits += 1
+        with self._lock:
+            entry = self._plans.get(key)
+            if entry is None:
+                return None
+            sources, kept_merge, plan = entry
+            if kept_merge != merge or len(sources) != len(inputs):
+                return None
+            if any(a is not b for a, b in zip(sources, inputs)):
+                return None
+            self._plans.move_to_end(key)
+            self.hits += 1
         return replace(plan)
 
     def put(self, inputs: Sequence[Any], merge: tuple[bool, ...], plan: Plan) -> None:
         """Records a newly built batch; keeps its plan if the batch was seen before."""
         key = self._key(inputs, merge)
-        if key not in self._seen:
-            self._seen[key] = None
-            if len(self._seen) > 4 * self.size:
-                self._seen.popitem(last=False)
-            return
-        self._plans[key] = (tuple(inputs), merge, plan)
-        self._plans.move_to_end(key)
-        if len(self._plans) > self.size:
-            self._plans.popitem(last=False)
+        with self._lock:
+            if key not in self._seen:
+                self._seen[key] = None
+                if len(self._seen) > 4 * self.size:
+                    self._seen.popitem(last=False)
+                return
+            self._plans[key] = (tuple(inputs), merge, plan)
+            self._plans.move_to_end(key)
+            if len(self._plans) > self.size:
+                self._plans.popitem(last=False)

@@ -87,3 +87,18 @@ def test_plans_kept_or_not_apart_from_traces(rng) -> None:
         assert_compilers_agree(plain, traces_only, trees)
         assert_compilers_agree(plain, plans_only, trees)
     assert plans_only.plan_cache.hits == 1  # type: ignore[union-attr]
+
+
+def test_kept_plans_copy_and_pickle_as_an_empty_cache(rng) -> None:
+    import copy
+    import pickle
+
+    model = Compiler(tree_lstm_classifier(50, 8, 8, 5), cache_traces=True)
+    trees = _trees(rng, 4)
+    model(trees), model(trees)
+    assert len(model.plan_cache) == 1  # type: ignore[arg-type]
+    clone = copy.deepcopy(model)  # as a model average or a teacher copy would
+    assert len(clone.plan_cache) == 0  # starts empty, with a lock of its own
+    torch.testing.assert_close(clone(trees), model(trees))
+    cache = pickle.loads(pickle.dumps(model.plan_cache))
+    assert len(cache) == 0 and cache.size == model.plan_cache.size  # type: ignore[union-attr]
