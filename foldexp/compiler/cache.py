@@ -98,16 +98,29 @@ class BatchTrace:
 
 
 class TraceCache:
-    """Maps inputs (by identity) to their frozen traces, for one compiled block."""
+    """Maps inputs (by identity) to their frozen traces, for one compiled block.
+
+    One batch is traced at a time (a lock): the trace reused for every new input must not be
+    shared by two threads building with one compiler (a server)."""
 
     def __init__(self, fuse: bool = False) -> None:
         self.fuse = fuse  # trace pipes' runs of op blocks as fused ops (see ``trace_batch``)
         self._entries: dict[int, _InputTrace] = {}
         # One trace reused (reset) for every new input, with its tracing closure built once.
         self._tracer: tuple[Block, Trace, Any] | None = None
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy keeps the traces, gets a lock of its own (locks do not pickle) and builds its
+        # own reusable trace when it first needs one.
+        return {"fuse": self.fuse, "entries": self._entries}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["fuse"])  # type: ignore[misc]
+        self._entries = state["entries"]
 
     def clear(self) -> None:
         self._entries.clear()
@@ -139,7 +152,8 @@ class TraceCache:
         self, block: Block, ops: Sequence[Op], inputs: Sequence[Any], output_type: Type
     ) -> tuple[BatchTrace, np.ndarray]:
         """Like ``trace_batch``, reusing and filling the cache."""
-        entries = [self._get(block, ops, x, k, output_type) for k, x in enumerate(inputs)]
+        with self._lock:
+            entries = [self._get(block, ops, x, k, output_type) for k, x in enumerate(inputs)]
         bt = BatchTrace(ops)
         n_ops = len(ops)
         depth: list[list[np.ndarray]] = [[] for _ in range(n_ops)]

@@ -88,10 +88,22 @@ def _fused(make: Callable[..., torch.optim.Optimizer], groups: list[dict[str, An
     )
     if fusable:
         try:
-            return base(groups, fused=True)
+            optimizer = base(groups, fused=True)
         except (RuntimeError, ValueError):  # no fused kernel for this dtype or option here
-            pass
+            return base(groups)
+        optimizer.register_step_pre_hook(_unfuse_for_sparse_gradients)
+        return optimizer
     return base(groups)
+
+
+def _unfuse_for_sparse_gradients(optimizer: torch.optim.Optimizer, *_: Any) -> None:
+    """Before a step: a group whose gradients came sparse (``nn.Embedding(sparse=True)``) takes
+    torch's unfused step, which handles them; fused kernels refuse sparse gradients."""
+    for group in optimizer.param_groups:
+        if group.get("fused") and any(
+            p.grad is not None and p.grad.is_sparse for p in group["params"]
+        ):
+            group["fused"] = False
 
 
 def build_optimizer(

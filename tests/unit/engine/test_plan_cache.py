@@ -102,3 +102,16 @@ def test_kept_plans_copy_and_pickle_as_an_empty_cache(rng) -> None:
     torch.testing.assert_close(clone(trees), model(trees))
     cache = pickle.loads(pickle.dumps(model.plan_cache))
     assert len(cache) == 0 and cache.size == model.plan_cache.size  # type: ignore[union-attr]
+
+
+def test_threads_building_with_one_compiler_get_the_right_plans(rng) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    block = tree_lstm_classifier(50, 8, 8, 5)
+    shared, fresh = Compiler(block, cache_traces=True), Compiler(block)
+    trees = _trees(rng, 24)
+    batches = [trees[k : k + 6] for k in range(0, 24, 3)] * 3  # each batch comes back
+    with torch.no_grad(), ThreadPoolExecutor(4) as pool:
+        list(pool.map(shared.build, batches))  # traces and plans kept from 4 threads at once
+        for b in batches:
+            torch.testing.assert_close(shared(b), fresh(b))

@@ -112,3 +112,21 @@ def test_unfused_where_there_is_no_kernel_or_the_user_chose() -> None:
     assert not any(g["fused"] for g in off.param_groups)
     ints = build_optimizer(partial(torch.optim.SGD, lr=0.1), [{"params": [e.detach().long()]}])
     assert not ints.param_groups[0]["fused"]
+
+
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")  # torch's own notice
+def test_sparse_gradients_take_the_unfused_step() -> None:
+    # nn.Embedding(sparse=True): fused kernels refuse sparse gradients, torch's own step takes them
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(10, 3, sparse=True)
+    ref = torch.nn.Embedding(10, 3, sparse=True)
+    ref.load_state_dict(emb.state_dict())
+    for cls in (torch.optim.Adagrad, torch.optim.SGD):
+        opt = build_optimizer(partial(cls, lr=0.1), [{"params": list(emb.parameters())}])
+        plain = cls(list(ref.parameters()), lr=0.1)
+        for ids in ([1, 2, 2], [7, 1]):
+            for m, o in ((emb, opt), (ref, plain)):
+                o.zero_grad()
+                m(torch.tensor(ids)).square().sum().backward()
+                o.step()
+        torch.testing.assert_close(emb.weight, ref.weight)
