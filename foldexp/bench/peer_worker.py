@@ -49,11 +49,10 @@ def _setup(name: str, params: dict, trees: list, labels: list[int]) -> tuple:
         spec.loader.exec_module(mod)
         return mod.setup(name, params, trees, labels)
     if params.get("threads", 1) is None:
-        # foldexp's own defaults: imported before torch, it picks OpenMP's wait and the threads
-        # by how busy the machine is now (foldexp/startup.py).
+        # foldexp's own defaults: importing it before torch sets OpenMP's wait, and it picks the
+        # threads by how busy the machine is now (foldexp/startup.py).
         import foldexp.startup
 
-        foldexp.startup.configure_openmp()
         params = {**params, "threads": foldexp.startup.default_threads()}
     import torch
 
