@@ -13,7 +13,10 @@ whole depth loop inside one ``torch.autograd.Function``:
 - backward: one gradient buffer per float type is filled from the output gradients, then groups
   are visited from the deepest to the shallowest; ``torch.autograd.grad`` of each group's
   outputs gives its input gradients, scattered with ``index_add_`` into the gradient buffer, and
-  its parameters' gradients, summed and returned to the outer autograd.
+  its parameters' gradients, summed and returned to the outer autograd. A ``Linear``'s weight
+  gradient is not among them: its backward hands ``(x, dy)`` to the sweep's
+  ``WeightGradients``, which sums every group's rows in a few large products at the end
+  (``kernels/deferred.py``).
 
 Dense layers. On CPUs where ``foldexp.kernels`` takes its oneDNN route, every op runs under
 ``routed_linears()``, so a user's plain ``nn.Linear`` takes that route as foldexp's own does.
@@ -32,7 +35,7 @@ import torch
 
 from foldexp.blocks.internal import Op
 from foldexp.compiler.schedule import Group, Index, Plan
-from foldexp.kernels import routed_linears
+from foldexp.kernels import WeightGradients, collecting_weight_gradients, routed_linears
 
 __all__ = ["execute"]
 
@@ -90,15 +93,19 @@ class _Sweep:
         self, plan: Plan, ops: Sequence[Op], params: list[torch.Tensor], device: torch.device
     ) -> None:
         self.plan, self.ops, self.device = plan, ops, device
-        pos = {id(p): i for i, p in enumerate(params)}
-        self.op_params = [[(pos[id(p)], p) for p in op.parameters() if id(p) in pos] for op in ops]
+        self.pos = {id(p): i for i, p in enumerate(params)}
+        self.op_params = [
+            [(self.pos[id(p)], p) for p in op.parameters() if id(p) in self.pos] for op in ops
+        ]
         self.n_params = len(params)
+        self.weight_grads = WeightGradients(params)
 
     def forward(self) -> list[torch.Tensor]:
         plan = self.plan
         bufs = self.bufs = _allocate(plan, self.device)
         self.records: list[Any] = []
-        with torch.enable_grad(), _dense_route(self.device):
+        deferring = collecting_weight_gradients(self.weight_grads)
+        with torch.enable_grad(), _dense_route(self.device), deferring:
             for g in plan.groups:
                 leaves = []
                 for ga in g.gathers:
@@ -153,6 +160,8 @@ class _Sweep:
                     _accumulate(gbuf[ga.tid], ga.rows, gx)  # type: ignore[arg-type]
             for (i, _), gp in zip(wrt_params, res[len(wrt_leaves) :]):
                 _add_param_grad(param_grads, owned, i, gp)
+        for p, gp in self.weight_grads.gradients():
+            _add_param_grad(param_grads, owned, self.pos[id(p)], gp)
         self.bufs = []
         return param_grads
 

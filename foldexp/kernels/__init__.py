@@ -1,5 +1,6 @@
 """Below the block layer: faster routes to standard ops (``linear``) and to memory."""
 
+from foldexp.kernels.deferred import WeightGradients, collecting_weight_gradients
 from foldexp.kernels.dense import (
     MIN_ROWS,
     Linear,
@@ -22,4 +23,6 @@ __all__ = [
     "padded_rows",
     "MIN_ROWS",
     "keep_freed_memory",
+    "WeightGradients",
+    "collecting_weight_gradients",
 ]

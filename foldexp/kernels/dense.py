@@ -52,6 +52,8 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from torch.overrides import TorchFunctionMode
 
+from foldexp.kernels.deferred import DeferredLinear, active_collector
+
 __all__ = [
     "Linear",
     "linear",
@@ -184,8 +186,27 @@ def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     )
 
 
+def _linear_value(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear``'s value by the faster route, recording nothing for autograd."""
+    if _use_onednn(x, weight):
+        return _mm(_pad_rows(x, padded_rows(x.shape[0])), _plain_2d(weight), bias)[: x.shape[0]]
+    return F.linear(x, weight, bias)
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``, through oneDNN where that is faster (see the module doc)."""
+    """``F.linear(x, weight, bias)``, through oneDNN where that is faster (see the module doc);
+    inside an executor's sweep, with the weight gradient deferred (``deferred.py``)."""
+    collector = active_collector()
+    if (
+        collector is not None
+        and x.dim() == 2
+        and x.layout == torch.strided
+        and weight.requires_grad
+        and torch.is_grad_enabled()
+    ):
+        slot = collector.slot(weight, bias)
+        if slot is not None:
+            return DeferredLinear.apply(x, weight, bias, slot, _linear_value)
     if _use_onednn(x, weight):
         return _OneDnnLinear.apply(x, weight, bias)
     return F.linear(x, weight, bias)

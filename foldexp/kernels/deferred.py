@@ -1,0 +1,149 @@
+"""A dense layer's weight gradient from many small calls as a few large matrix products.
+
+Why: dynamic batching calls a layer once per depth, so a Tree-LSTM cell's weight gradient is a
+sum over depths of ``dyᵀ x`` with a few dozen rows each (SST: 17 calls of ≈ 50 rows per step).
+Each small product still writes the whole ``(out, in)`` gradient, and autograd then adds it to
+the running sum: at a few dozen rows that memory traffic costs more than the arithmetic. Here a
+layer's backward computes only its input gradient and hands ``(x, dy)`` to a
+``WeightGradients`` collector, which multiplies the rows it has gathered once it holds
+``FLUSH_ROWS`` of them (and at the end): one product of hundreds of rows instead of dozens of
+small ones, accumulated in place with ``addmm_``.
+
+The executor (``foldexp/executor/run.py``) opens a collector for the forward of each
+differentiable sweep and asks it for the weight gradients when its backward has visited every
+group. ``linear`` defers only inside that window, only for weights the collector was told about
+(the sweep's trainable parameters) and only for plain 2-D inputs; every other call is unchanged.
+Results equal autograd's to float rounding (the same products, summed in another order).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch.autograd.function import once_differentiable
+
+__all__ = ["WeightGradients", "collecting_weight_gradients", "active_collector", "FLUSH_ROWS"]
+
+# Rows gathered before one product: ≥ 256 rows keep a (750, 300) weight gradient's product well
+# above its output's memory traffic; larger ones only hold more rows in memory.
+FLUSH_ROWS = 512
+
+_local = threading.local()
+
+
+class _Slot:
+    """The pending ``(x, dy)`` rows and the running gradient sums of one layer's weight."""
+
+    __slots__ = ("weight", "bias", "xs", "dys", "rows", "grad_w", "grad_b")
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.weight, self.bias = weight, bias
+        self.xs: list[torch.Tensor] = []
+        self.dys: list[torch.Tensor] = []
+        self.rows = 0
+        self.grad_w: torch.Tensor | None = None
+        self.grad_b: torch.Tensor | None = None
+
+    def add(self, x: torch.Tensor, dy: torch.Tensor) -> None:
+        self.xs.append(x)
+        self.dys.append(dy)
+        self.rows += x.shape[0]
+        if self.rows >= FLUSH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.xs:
+            return
+        x = self.xs[0] if len(self.xs) == 1 else torch.cat(self.xs)
+        dy = self.dys[0] if len(self.dys) == 1 else torch.cat(self.dys)
+        self.xs, self.dys, self.rows = [], [], 0
+        if self.grad_w is None:
+            self.grad_w = torch.mm(dy.t(), x)
+        else:
+            self.grad_w.addmm_(dy.t(), x)
+        if self.bias is not None and self.bias.requires_grad:
+            db = dy.sum(0)
+            self.grad_b = db if self.grad_b is None else self.grad_b.add_(db)
+
+
+class WeightGradients:
+    """Collects the deferred weight gradients of the layers whose weights are in ``params``."""
+
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        self._deferrable = {id(p) for p in params}
+        self._slots: dict[int, _Slot] = {}
+
+    def slot(self, weight: torch.Tensor, bias: torch.Tensor | None) -> _Slot | None:
+        """The layer's slot, or ``None`` where its gradient must take autograd's usual path (a
+        weight this collector was not given, or a bias it was not given beside one it was)."""
+        if id(weight) not in self._deferrable:
+            return None
+        if bias is not None and bias.requires_grad and id(bias) not in self._deferrable:
+            return None
+        key = id(weight)
+        slot = self._slots.get(key)
+        if slot is None or slot.bias is not bias:
+            if slot is not None:  # one weight under two biases: keep autograd's path
+                return None
+            slot = self._slots[key] = _Slot(weight, bias)
+        return slot
+
+    def gradients(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Every ``(parameter, gradient)`` gathered, once the backward is over; empties it."""
+        slots, self._slots = self._slots, {}
+        for slot in slots.values():
+            slot.flush()
+            if slot.grad_w is not None:
+                yield slot.weight, slot.grad_w
+            if slot.grad_b is not None and slot.bias is not None:
+                yield slot.bias, slot.grad_b
+
+
+def active_collector() -> WeightGradients | None:
+    """The collector of the sweep forward running in this thread, if any."""
+    return getattr(_local, "collector", None)
+
+
+@contextmanager
+def collecting_weight_gradients(collector: WeightGradients | None) -> Iterator[None]:
+    """Within this context, ``linear`` defers the weight gradients ``collector`` accepts."""
+    old = active_collector()
+    _local.collector = collector
+    try:
+        yield
+    finally:
+        _local.collector = old
+
+
+class DeferredLinear(torch.autograd.Function):
+    """``F.linear`` whose backward returns the input gradient and defers the weight's.
+
+    The weight and bias are inputs, so the output requires a gradient whenever they do (even
+    with an input that does not, as a frozen embedding's rows); their gradients are ``None``
+    here and reach the parameters through the slot.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        slot: _Slot,
+        forward_fn: Any,
+    ) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.slot, ctx.forward_fn = slot, forward_fn
+        return forward_fn(x, weight, bias)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
+        x, weight = ctx.saved_tensors
+        dx = ctx.forward_fn(dy, weight.t(), None) if ctx.needs_input_grad[0] else None
+        ctx.slot.add(x, dy)
+        return dx, None, None, None, None

@@ -1,0 +1,118 @@
+"""Deferred weight gradients (``kernels/deferred.py``): inside a sweep, ``Linear`` layers hand
+their ``(x, dy)`` rows to a collector that multiplies them in large products; the gradients equal
+autograd's, and every layer the collector does not own keeps autograd's path."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import foldexp.blocks as fb
+import foldexp.kernels.deferred as deferred
+from foldexp.kernels import Linear, WeightGradients, collecting_weight_gradients
+from foldexp.models.tree_lstm import random_tree, tree_lstm_classifier
+from foldexp.testing import check_block
+
+
+def _grads_by_autograd(layer: nn.Linear, xs: list[torch.Tensor], dys: list[torch.Tensor]):
+    outs = [layer(x) for x in xs]
+    return torch.autograd.grad(outs, [layer.weight, layer.bias], dys)
+
+
+@pytest.mark.parametrize("flush_rows", [1, 7, 10_000])
+def test_collected_gradients_equal_autograds(monkeypatch, flush_rows: int) -> None:
+    """Flushed after every call, every few calls, or only at the end: the same sums."""
+    monkeypatch.setattr(deferred, "FLUSH_ROWS", flush_rows)
+    torch.manual_seed(0)
+    layer = Linear(6, 4)
+    xs = [torch.randn(n, 6, requires_grad=True) for n in (3, 1, 5, 2)]
+    dys = [torch.randn(x.shape[0], 4) for x in xs]
+    collector = WeightGradients([layer.weight, layer.bias])
+    with collecting_weight_gradients(collector):
+        outs = [layer(x) for x in xs]
+    dxs = torch.autograd.grad(outs, xs, dys)
+    got = {id(p): g for p, g in collector.gradients()}
+    want_w, want_b = _grads_by_autograd(layer, xs, dys)
+    torch.testing.assert_close(got[id(layer.weight)], want_w)
+    torch.testing.assert_close(got[id(layer.bias)], want_b)
+    for dx, dy in zip(dxs, dys):
+        torch.testing.assert_close(dx, dy @ layer.weight.detach())
+    assert list(collector.gradients()) == []  # emptied
+
+
+def test_layers_the_collector_does_not_own_keep_autograds_path() -> None:
+    owned, other = Linear(3, 2), Linear(3, 2)
+    collector = WeightGradients([owned.weight, owned.bias])
+    x = torch.randn(4, 3)
+    with collecting_weight_gradients(collector):
+        other(x).sum().backward()
+        with torch.no_grad():
+            owned(x)  # no graph: nothing to defer
+    assert other.weight.grad is not None and list(collector.gradients()) == []
+    assert deferred.active_collector() is None  # restored after the context
+
+
+def test_a_frozen_bias_gets_no_gradient_and_a_foreign_bias_is_not_deferred() -> None:
+    layer = Linear(3, 2)
+    layer.bias.requires_grad_(False)
+    collector = WeightGradients([layer.weight])
+    with collecting_weight_gradients(collector):
+        out = layer(torch.randn(4, 3))
+    torch.autograd.grad(out.sum(), [layer.weight], allow_unused=True)
+    assert [p is layer.weight for p, _ in collector.gradients()] == [True]
+    trainable_bias = Linear(3, 2)
+    assert (
+        WeightGradients([trainable_bias.weight]).slot(trainable_bias.weight, trainable_bias.bias)
+        is None
+    )
+
+
+def test_one_weight_under_two_biases_is_not_deferred_twice() -> None:
+    weight = nn.Parameter(torch.randn(2, 3))
+    b1, b2 = nn.Parameter(torch.zeros(2)), nn.Parameter(torch.ones(2))
+    collector = WeightGradients([weight, b1, b2])
+    assert collector.slot(weight, b1) is not None
+    assert collector.slot(weight, b2) is None
+
+
+def test_the_collector_belongs_to_the_thread_that_opened_it() -> None:
+    seen: list[object] = []
+    with collecting_weight_gradients(WeightGradients([])):
+        t = threading.Thread(target=lambda: seen.append(deferred.active_collector()))
+        t.start()
+        t.join()
+    assert seen == [None]
+
+
+@pytest.mark.parametrize("flush_rows", [1, 16, 10_000])
+def test_compiled_models_agree_with_eager_whatever_the_flush(monkeypatch, rng, flush_rows) -> None:
+    """A Tree-LSTM (its cell's layer called once per depth) and a chain of shared ``FC`` layers
+    (one weight in every group): batched == eager, values and gradients."""
+    monkeypatch.setattr(deferred, "FLUSH_ROWS", flush_rows)
+    trees = [random_tree(int(k), 30, rng) for k in rng.integers(1, 12, size=7)]
+    check_block(tree_lstm_classifier(30, 6, 5, 3), trees)
+    fc = fb.FC(3)
+    chain = fb.Map(fb.Vector(3) >> fc >> fc) >> fb.Sum()
+    check_block(chain, [[[1.0, 2.0, 3.0]] * 4, [], [[0.5, -1.0, 2.0]]])
+
+
+def test_the_sweep_defers_the_cells_layer(monkeypatch, rng) -> None:
+    """The route is taken, not only harmless: the Tree-LSTM's layers hand their rows over."""
+    calls: list[int] = []
+    real_add = deferred._Slot.add
+
+    def counting_add(self, x, dy):  # type: ignore[no-untyped-def]
+        calls.append(x.shape[0])
+        real_add(self, x, dy)
+
+    monkeypatch.setattr(deferred._Slot, "add", counting_add)
+    from foldexp import Compiler
+
+    comp = Compiler(tree_lstm_classifier(30, 6, 5, 3))
+    trees = [random_tree(int(k), 30, rng) for k in rng.integers(2, 12, size=5)]
+    comp(trees).sum().backward()
+    assert sum(calls) > len(trees)  # every node's cell row, every leaf's row, the output layer
+    assert all(p.grad is not None for p in comp.parameters())
