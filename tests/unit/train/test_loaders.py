@@ -48,3 +48,49 @@ def test_without_workers_collate_runs_here() -> None:
     batches = _epoch(loaders, [1, 2, 3], [2, 1, 0])
     assert [b[2] for b in batches] == [[3, 2], [1]] and model.built == 2
     assert loaders.worker_pids("train") == []
+
+
+class _TensorModel:
+    """``collate`` returns tensors of several kinds and a compiled plan."""
+
+    def __init__(self) -> None:
+        from foldexp import Compiler
+        from foldexp.models.tree_lstm import tree_lstm_classifier
+
+        self.compiler = Compiler(tree_lstm_classifier(20, 4, 4, 3))
+
+    def collate(self, examples: list[Any]) -> dict[str, Any]:
+        import torch
+
+        trees = [((e % 20,), ((1,), (e % 7,))) for e in examples]
+        base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+        return {
+            "plan": self.compiler.build(trees),
+            "ids": torch.tensor(examples),
+            "half": torch.ones(2, dtype=torch.bfloat16),  # no numpy dtype: torch pickles it
+            "strided": base.t(),
+            "trees": trees,
+        }
+
+
+def test_worker_batches_arrive_whole_with_their_tensors() -> None:
+    import torch
+
+    from foldexp.train.loaders import batch_to_bytes
+
+    model = _TensorModel()
+    loaders = RunLoaders(model, workers=1, seed=0)
+    try:
+        batches = _epoch(loaders, list(range(6)), [0, 1, 2, 3, 4, 5])
+    finally:
+        loaders.close()
+    for b in batches:
+        here = model.collate(b["ids"].tolist())
+        assert b["half"].dtype == torch.bfloat16 and torch.equal(b["strided"], here["strided"])
+        b["ids"] += 0  # writable, as a tensor built here is
+        with torch.no_grad():
+            torch.testing.assert_close(
+                model.compiler.run(b["plan"]), model.compiler.run(here["plan"])
+            )
+    roundtrip = __import__("pickle").loads(batch_to_bytes(here))
+    assert torch.equal(roundtrip["ids"], here["ids"]) and roundtrip["trees"] == here["trees"]
