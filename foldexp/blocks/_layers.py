@@ -132,6 +132,9 @@ class Embedding(nn.Module):
             weight.copy_(init)
         self.weight = nn.Parameter(weight, requires_grad=trainable)
         self.name = name
+        # As nn.Embedding's: a gradient of the rows read only (the trainer's choice,
+        # foldexp/train/sparse_rows.py).
+        self.sparse = False
 
     def build_for_input_type(self, input_type: Type, block: Any = None) -> None:
         if not (
@@ -145,7 +148,7 @@ class Embedding(nn.Module):
             )
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return nn.functional.embedding(ids.long(), self.weight)
+        return nn.functional.embedding(ids.long(), self.weight, sparse=self.sparse)
 
     def __repr__(self) -> str:
         return f"Embedding({self.num_buckets}, {self.num_units_out})"

@@ -56,6 +56,7 @@ from foldexp.train.resume_config import run_config
 from foldexp.train.rundir import claim_run_dir, repair_metrics
 from foldexp.train.runs import RunSetup, prepare_for_training, write_run_info
 from foldexp.train.sampler import example_sizes
+from foldexp.train.sparse_rows import use_sparse_table_gradients
 from foldexp.validate import check_config, plain
 
 __all__ = ["run_train", "TrainingDiverged", "resolve_device"]
@@ -180,6 +181,9 @@ def _start(
     DDP bookkeeping, the loaders and the loggers: everything ``fit`` needs."""
     tc = cfg.trainer
     optimizer = build_optimizer(instantiate(cfg.optimizer), param_groups(model, cfg.optimizer.lr))
+    sparse = use_sparse_table_gradients(model, optimizer, tc.grad_clip, ctx.world_size)
+    if sparse and ctx.is_main:
+        log.info("sparse gradients (only the rows read) for the tables: %s", ", ".join(sparse))
     select, mode = resolve_selection(model, bundle, cfg)
     # Example sizes balance the shards; a single process needs none.
     splits = {"train": bundle.train, "dev": bundle.dev, "test": bundle.test}
