@@ -136,6 +136,29 @@ class _Sweep:
                 _accumulate(gbuf[tid], rows, g)
         param_grads: list[torch.Tensor | None] = [None] * self.n_params
         owned: set[int] = set()  # param_grads this sweep allocated, so may add into in place
+        # The forward's routes are open again so that a checkpointed op recomputes its forward
+        # as it ran (the same saved tensors); the collector accepts rows only from this
+        # backward, and none under create_graph (those gradients must stay differentiable).
+        self.weight_grads.accepting = not torch.is_grad_enabled()
+        try:
+            with _dense_route(self.device), collecting_weight_gradients(self.weight_grads):
+                self._backward_groups(gbuf, param_grads, owned)
+        finally:
+            self.weight_grads.accepting = False
+        for p, gp in self.weight_grads.gradients():
+            _add_param_grad(param_grads, owned, self.pos[id(p)], gp)
+        self.bufs = []
+        return param_grads
+
+    def _backward_groups(
+        self,
+        gbuf: list[torch.Tensor | None],
+        param_grads: list[torch.Tensor | None],
+        owned: set[int],
+    ) -> None:
+        """Visits the groups deepest first: each group's input gradients go into ``gbuf``,
+        its parameters' into ``param_grads``."""
+        plan = self.plan
         for gi in range(len(plan.groups) - 1, -1, -1):
             g = plan.groups[gi]
             leaves, outs = self.records[gi]
@@ -160,10 +183,6 @@ class _Sweep:
                     _accumulate(gbuf[ga.tid], ga.rows, gx)  # type: ignore[arg-type]
             for (i, _), gp in zip(wrt_params, res[len(wrt_leaves) :]):
                 _add_param_grad(param_grads, owned, i, gp)
-        for p, gp in self.weight_grads.gradients():
-            _add_param_grad(param_grads, owned, self.pos[id(p)], gp)
-        self.bufs = []
-        return param_grads
 
 
 def _add_param_grad(

@@ -12,8 +12,11 @@ small ones, accumulated in place with ``addmm_``.
 The executor (``foldexp/executor/run.py``) opens a collector for the forward of each
 differentiable sweep and asks it for the weight gradients when its backward has visited every
 group. ``linear`` defers only inside that window, only for weights the collector was told about
-(the sweep's trainable parameters) and only for plain 2-D inputs; every other call is unchanged.
-Results equal autograd's to float rounding (the same products, summed in another order).
+(the sweep's trainable parameters), only for plain 2-D inputs and never under autocast; every
+other call is unchanged. The collector takes rows only while the sweep's own backward runs
+(``accepting``): any other backward through such a layer -- an op calling ``autograd.grad`` in
+its forward, ``create_graph`` -- gets its weight gradient from the layer as autograd would give
+it. Results equal autograd's to float rounding (the same products, summed in another order).
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from torch.autograd.function import once_differentiable
 
 __all__ = ["WeightGradients", "collecting_weight_gradients", "active_collector", "FLUSH_ROWS"]
 
@@ -38,10 +40,12 @@ _local = threading.local()
 class _Slot:
     """The pending ``(x, dy)`` rows and the running gradient sums of one layer's weight."""
 
-    __slots__ = ("weight", "bias", "xs", "dys", "rows", "grad_w", "grad_b")
+    __slots__ = ("owner", "weight", "bias", "xs", "dys", "rows", "grad_w", "grad_b")
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        self.weight, self.bias = weight, bias
+    def __init__(
+        self, owner: WeightGradients, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> None:
+        self.owner, self.weight, self.bias = owner, weight, bias
         self.xs: list[torch.Tensor] = []
         self.dys: list[torch.Tensor] = []
         self.rows = 0
@@ -76,6 +80,10 @@ class WeightGradients:
     def __init__(self, params: list[torch.Tensor]) -> None:
         self._deferrable = {id(p) for p in params}
         self._slots: dict[int, _Slot] = {}
+        # True only while the sweep's own backward runs (not create_graph): any other backward
+        # through a deferred layer (autograd.grad inside an op, a stashed activation) gets its
+        # weight gradient from autograd as usual.
+        self.accepting = False
 
     def slot(self, weight: torch.Tensor, bias: torch.Tensor | None) -> _Slot | None:
         """The layer's slot, or ``None`` where its gradient must take autograd's usual path (a
@@ -89,7 +97,7 @@ class WeightGradients:
         if slot is None or slot.bias is not bias:
             if slot is not None:  # one weight under two biases: keep autograd's path
                 return None
-            slot = self._slots[key] = _Slot(weight, bias)
+            slot = self._slots[key] = _Slot(self, weight, bias)
         return slot
 
     def gradients(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -123,8 +131,9 @@ class DeferredLinear(torch.autograd.Function):
     """``F.linear`` whose backward returns the input gradient and defers the weight's.
 
     The weight and bias are inputs, so the output requires a gradient whenever they do (even
-    with an input that does not, as a frozen embedding's rows); their gradients are ``None``
-    here and reach the parameters through the slot.
+    with an input that does not, as a frozen embedding's rows). In the sweep's own backward
+    their gradients are ``None`` here and reach the parameters through the slot; in any other
+    they are returned here.
     """
 
     @staticmethod
@@ -141,9 +150,20 @@ class DeferredLinear(torch.autograd.Function):
         return forward_fn(x, weight, bias)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
         x, weight = ctx.saved_tensors
-        dx = ctx.forward_fn(dy, weight.t(), None) if ctx.needs_input_grad[0] else None
-        ctx.slot.add(x, dy)
-        return dx, None, None, None, None
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        if torch.is_grad_enabled():  # create_graph: plain differentiable ops, nothing deferred
+            return (
+                dy.mm(weight) if need_x else None,
+                dy.t().mm(x) if need_w else None,
+                dy.sum(0) if need_b else None,
+                None,
+                None,
+            )
+        dx = ctx.forward_fn(dy, weight.t(), None) if need_x else None
+        slot = ctx.slot
+        if slot.owner.accepting:
+            slot.add(x, dy)
+            return dx, None, None, None, None
+        return dx, dy.t().mm(x) if need_w else None, dy.sum(0) if need_b else None, None, None

@@ -203,6 +203,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         and x.layout == torch.strided
         and weight.requires_grad
         and torch.is_grad_enabled()
+        and not torch.is_autocast_enabled(x.device.type)
     ):
         slot = collector.slot(weight, bias)
         if slot is not None:

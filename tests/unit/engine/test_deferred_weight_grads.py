@@ -33,6 +33,7 @@ def test_collected_gradients_equal_autograds(monkeypatch, flush_rows: int) -> No
     collector = WeightGradients([layer.weight, layer.bias])
     with collecting_weight_gradients(collector):
         outs = [layer(x) for x in xs]
+    collector.accepting = True
     dxs = torch.autograd.grad(outs, xs, dys)
     got = {id(p): g for p, g in collector.gradients()}
     want_w, want_b = _grads_by_autograd(layer, xs, dys)
@@ -61,6 +62,7 @@ def test_a_frozen_bias_gets_no_gradient_and_a_foreign_bias_is_not_deferred() -> 
     collector = WeightGradients([layer.weight])
     with collecting_weight_gradients(collector):
         out = layer(torch.randn(4, 3))
+    collector.accepting = True
     torch.autograd.grad(out.sum(), [layer.weight], allow_unused=True)
     assert [p is layer.weight for p, _ in collector.gradients()] == [True]
     trainable_bias = Linear(3, 2)
@@ -116,3 +118,65 @@ def test_the_sweep_defers_the_cells_layer(monkeypatch, rng) -> None:
     comp(trees).sum().backward()
     assert sum(calls) > len(trees)  # every node's cell row, every leaf's row, the output layer
     assert all(p.grad is not None for p in comp.parameters())
+
+
+class _GradFeature(nn.Module):
+    """An op whose forward runs a backward of its own (a force, -dE/dx, as a feature)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.energy, self.out = Linear(3, 1), Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.enable_grad():
+            xx = x.detach().requires_grad_()
+            (force,) = torch.autograd.grad(self.energy(xx).pow(2).sum(), xx)
+        return self.out(x) + force + self.energy(x)
+
+
+class _Checkpointed(nn.Module):
+    """An op whose body is recomputed in the backward (square layers: a transposed weight
+    saved by the recomputation would still fit)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = Linear(3, 3), Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        body = lambda v: self.b(torch.tanh(self.a(v)))  # noqa: E731
+        return torch.utils.checkpoint.checkpoint(body, x, use_reentrant=False)
+
+
+_VECTORS = [[[1.0, 2.0, 3.0]] * 3, [[0.5, -1.0, 2.0]]]
+
+
+@pytest.mark.parametrize("op", [_GradFeature, _Checkpointed])
+def test_backwards_other_than_the_sweeps_keep_their_weight_gradients(op) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    check_block(fb.Map(fb.Vector(3) >> fb.Function(op())) >> fb.Sum(), _VECTORS)
+
+
+def test_second_order_gradients_through_a_compiled_layer() -> None:
+    """``create_graph`` gets differentiable weight gradients, as autograd's own."""
+    from foldexp import Compiler
+
+    torch.manual_seed(0)
+    block = fb.Map(fb.Vector(3) >> fb.FC(4) >> fb.FC(3)) >> fb.Sum()
+    comp = Compiler(block)
+    params = list(comp.parameters())
+    grads = torch.autograd.grad(comp(_VECTORS).pow(2).sum(), params, create_graph=True)
+    eager = torch.stack([comp.root.eval(x) for x in _VECTORS])
+    want = torch.autograd.grad(eager.pow(2).sum(), params, create_graph=True)
+    for g, w in zip(grads, want):
+        torch.testing.assert_close(g, w)
+
+
+def test_autocast_keeps_autograds_path() -> None:
+    from foldexp import Compiler
+
+    torch.manual_seed(0)
+    comp = Compiler(fb.Map(fb.Vector(3) >> fb.FC(4) >> fb.FC(3)) >> fb.Sum())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = comp(_VECTORS)
+    grads = torch.autograd.grad(out.float().pow(2).sum(), list(comp.parameters()))
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)

@@ -94,3 +94,20 @@ def test_worker_batches_arrive_whole_with_their_tensors() -> None:
             )
     roundtrip = __import__("pickle").loads(batch_to_bytes(here))
     assert torch.equal(roundtrip["ids"], here["ids"]) and roundtrip["trees"] == here["trees"]
+
+
+def test_bytes_keep_expanded_tensors_small_and_arrays_writable() -> None:
+    import pickle
+
+    import numpy as np
+    import torch
+
+    from foldexp.train.loaders import batch_to_bytes
+
+    frozen = np.arange(4)
+    frozen.flags.writeable = False
+    batch = {"wide": torch.zeros(1).expand(1_000_000), "array": frozen}
+    data = batch_to_bytes(batch)
+    back = pickle.loads(data)
+    assert len(data) < 10_000 and back["wide"].stride() == (0,)
+    assert back["array"].flags.writeable and back["array"].tolist() == [0, 1, 2, 3]
