@@ -10,6 +10,7 @@ functions directly.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 COMMANDS = {
@@ -42,16 +43,41 @@ def _hydra_app(name: str, module: str) -> object:
     def run(argv: list[str]) -> int:
         import importlib
 
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
         app = importlib.import_module(module)
-        saved = sys.argv
+        saved, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
         sys.argv = [f"foldexp {name}", *argv]  # Hydra reads its arguments from sys.argv
+        # Hydra would print a composition error (a mistyped override) with advice about its
+        # own traceback and exit with status 1; raised to us, it becomes one of our errors.
+        os.environ["HYDRA_FULL_ERROR"] = "1"
         try:
             app.main()
+        except (HydraException, OmegaConfBaseException) as exc:
+            if full_error or os.environ.get("FOLDEXP_TRACEBACK"):
+                raise
+            print(f"foldexp {name}: error: {_hydra_message(exc)}", file=sys.stderr)
+            return 2
         finally:
             sys.argv = saved
+            if full_error is None:
+                os.environ.pop("HYDRA_FULL_ERROR", None)
         return 0
 
     return run
+
+
+def _hydra_message(exc: BaseException) -> str:
+    """Hydra's error and its cause (OmegaConf's, naming the value and the type it needed),
+    without OmegaConf's lines about its own classes."""
+    lines = str(exc).splitlines()
+    cause = exc.__cause__
+    if cause is not None and str(cause) and str(cause) not in str(exc):
+        first, *more = str(cause).splitlines()
+        lines = [f"{lines[0].rstrip('.')}: {first}" if lines else first, *lines[1:], *more]
+    internal = ("full_key:", "reference_type=", "object_type=")
+    return "\n".join(ln for ln in lines if not ln.strip().startswith(internal)).strip()
 
 
 def _report(argv: list[str]) -> int:

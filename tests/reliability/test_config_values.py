@@ -107,3 +107,25 @@ def test_vectors_of_another_width_fail_before_the_first_step(tmp_path: Path) -> 
     with pytest.raises(ConfigError, match=r"3-d vectors but model\.embed_size=5"):
         run_train(cfg)
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("trainer.epochs=1.5", "trainer.epochs=1.5: Value '1.5' of type 'float' could not be"),
+        ("optimizer.fused=maybe", "optimizer.fused=maybe: Value 'maybe' is not a valid bool"),
+        ("trainer.nosuch=1", "Key 'nosuch' not in 'TrainerConfig'"),
+    ],
+)
+def test_wrongly_typed_overrides_fail_on_one_line_with_status_2(
+    capsys: pytest.CaptureFixture[str], override: str, says: str
+) -> None:
+    """Hydra's own composition errors (a type, an unknown key) read as foldexp's do."""
+    from foldexp.cli import main
+
+    assert main(["train", override]) == 2
+    err = capsys.readouterr().err
+    first = err.splitlines()[0]
+    assert first.startswith("foldexp train: error: ") and says in first
+    assert "HYDRA_FULL_ERROR" not in err and "reference_type" not in err
+    assert "HYDRA_FULL_ERROR" not in __import__("os").environ
