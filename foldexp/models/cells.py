@@ -48,7 +48,11 @@ def _update_dropout(p: float) -> nn.Module | None:
 
 
 def _candidate(u: torch.Tensor, dropout: nn.Module | None) -> torch.Tensor:
-    return torch.tanh(u) if dropout is None else dropout(torch.tanh(u))
+    # ``u`` is a column slice of the gate matmul's output. torch 2.13's CPU ``tanh`` on such a
+    # slice is 6-14x slower across 2 threads than a contiguous copy and ``tanh`` together
+    # (5,476 x 128: 1.87 ms against 0.29 ms; at 1 thread about even); the values are identical.
+    u = torch.tanh(u.contiguous())
+    return u if dropout is None else dropout(u)
 
 
 def binary_state(
