@@ -19,7 +19,8 @@ needs: beside 4 busy processes on 2 cores, a 2-thread Tree-LSTM step took 8.7x i
   in absolute terms too (781 against 989 ms).
 
 ``device.threads`` (an explicit count) overrides the choice of threads; ``OMP_WAIT_POLICY`` or
-``GOMP_SPINCOUNT`` in the environment override the wait.
+``GOMP_SPINCOUNT`` in the environment override the wait. Load that comes or goes during a run is
+``foldexp/governor.py``'s concern.
 """
 
 from __future__ import annotations

@@ -32,8 +32,9 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 HERE = Path(__file__).resolve().parent
 
@@ -48,7 +49,8 @@ def _setup(name: str, params: dict, trees: list, labels: list[int]) -> tuple:
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod.setup(name, params, trees, labels)
-    if params.get("threads", 1) is None:
+    governed = params.get("threads", 1) is None
+    if governed:
         # foldexp's own defaults: importing it before torch sets OpenMP's wait, and it picks the
         # threads by how busy the machine is now (foldexp/startup.py).
         import foldexp.startup
@@ -62,6 +64,8 @@ def _setup(name: str, params: dict, trees: list, labels: list[int]) -> tuple:
 
     set_onednn_enabled(params.get("onednn"))
     step, meta = peer_torch.setup(name, params, trees, labels)
+    if governed:
+        step = _governed(step)
     wait = ",".join(
         f"{v}={os.environ[v]}" for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if v in os.environ
     )
@@ -115,6 +119,28 @@ def _load_trees(params: dict) -> tuple[list, list[int]]:
         ) from None
     count = int(params.get("count", len(data["trees"])))  # a prefix, for the slowest peers
     return [_tuples(t) for t in data["trees"][:count]], data["labels"][:count]
+
+
+def _governed(step: Callable[[], Any]) -> Callable[[], Any]:
+    """``step`` followed by the thread governor's tick, as ``foldexp train`` runs its steps
+    when it chooses the threads (``foldexp/governor.py``)."""
+    import torch
+
+    from foldexp.governor import ThreadGovernor
+    from foldexp.startup import QUIET_THREADS
+
+    cores = os.cpu_count() or 1
+    governor = ThreadGovernor(min(QUIET_THREADS, cores), cores)
+    governor.current = torch.get_num_threads()
+    if not governor.active:
+        return step
+
+    def governed_step() -> Any:
+        out = step()
+        governor.tick()
+        return out
+
+    return governed_step
 
 
 def main(argv: list[str]) -> int:

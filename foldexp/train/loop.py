@@ -40,8 +40,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from foldexp.config import enum_value
 from foldexp.experiments.build import build_dataset, build_model, check_vectors
+from foldexp.governor import ThreadGovernor
 from foldexp.kernels import keep_freed_memory, set_onednn_enabled
-from foldexp.startup import BUSY_AT_START, default_threads
+from foldexp.startup import BUSY_AT_START, QUIET_THREADS, default_threads
 from foldexp.train import distributed as dd
 from foldexp.train import launch
 from foldexp.train.artifacts import read_verified_json, write_json
@@ -111,7 +112,7 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
 
 def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[str, Any]:
     """One rank's run: set up, fit, test, return the metrics."""
-    _configure_process(cfg.device, ctx)
+    governor = _configure_process(cfg.device, ctx, device)
     dd.check_global_batch(ctx, cfg.trainer.batch_size)
     out_dir = Path(cfg.paths.output_dir)
     if ctx.is_main:
@@ -120,6 +121,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
 
     bundle, model = _build(cfg, ctx, device, out_dir)
     run = _start(cfg, ctx, device, out_dir, bundle, model)
+    run.governor = governor
     started = time.perf_counter()
     fit(run)
     results = _test(run, started)
@@ -134,8 +136,11 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
     return results
 
 
-def _configure_process(device_cfg: DictConfig, ctx: dd.DistContext) -> None:
-    """oneDNN, the allocator and the thread count, as ``device.*`` asks."""
+def _configure_process(
+    device_cfg: DictConfig, ctx: dd.DistContext, device: torch.device
+) -> ThreadGovernor | None:
+    """oneDNN, the allocator and the thread count, as ``device.*`` asks; with the thread
+    count left to foldexp, a single CPU process gets a governor that follows the load."""
     set_onednn_enabled(device_cfg.onednn)
     if device_cfg.keep_memory and not keep_freed_memory():
         log.info("device.keep_memory: not glibc, freed memory is managed as usual")
@@ -143,7 +148,7 @@ def _configure_process(device_cfg: DictConfig, ctx: dd.DistContext) -> None:
     if device_cfg.threads is None and BUSY_AT_START and ctx.is_main:
         log.info("the machine was busy at start (load >= cores): 1 intra-op thread")
     if not threads:
-        return
+        return None
     torch.set_num_threads(threads)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
     cores = os.cpu_count() or 1
@@ -152,6 +157,13 @@ def _configure_process(device_cfg: DictConfig, ctx: dd.DistContext) -> None:
             "%d processes x device.threads=%d exceed the %d CPU cores: set device.threads=%d",
             *(local, threads, os.cpu_count(), max(1, cores // local)),
         )
+    if device_cfg.threads is not None or device.type != "cpu" or ctx.enabled:
+        return None
+    # A run that started quiet drops to one thread while other processes hold the cores; one
+    # that started busy goes up to the quiet count once they leave (foldexp/governor.py).
+    governor = ThreadGovernor(min(QUIET_THREADS, cores), cores)
+    governor.current = threads
+    return governor if governor.active else None
 
 
 def _build(

@@ -58,12 +58,15 @@ def test_the_thread_choice_reaches_a_run() -> None:
     from foldexp.train.loop import _configure_process
 
     old = torch.get_num_threads()
+    cpu = torch.device("cpu")
     try:
         cfg = OmegaConf.create({"onednn": None, "keep_memory": False, "threads": None})
-        _configure_process(cfg, DistContext())
+        governor = _configure_process(cfg, DistContext(), cpu)
         assert torch.get_num_threads() == default_threads()
-        cfg.threads = 1
-        _configure_process(cfg, DistContext())
+        if os.path.exists("/proc/loadavg") and (os.cpu_count() or 1) > 1:
+            assert governor is not None and governor.current == default_threads()
+        cfg.threads = 1  # a count of the user's own: kept whatever the load
+        assert _configure_process(cfg, DistContext(), cpu) is None
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(old)
