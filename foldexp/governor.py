@@ -19,11 +19,14 @@ themselves. Where ``/proc/loadavg`` does not exist the governor does nothing.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
 
-__all__ = ["ThreadGovernor", "runnable_others"]
+from foldexp.startup import QUIET_THREADS
+
+__all__ = ["ThreadGovernor", "runnable_others", "governor_for_run"]
 
 
 def runnable_others(path: str = "/proc/loadavg") -> int | None:
@@ -45,6 +48,7 @@ class ThreadGovernor:
         interval_s: how often a decision is made (samples are taken at every ``tick``).
         sample, clock, set_threads: what reads the load, the time and sets torch's threads
             (replaceable in tests).
+        current: the threads running now (default ``threads``).
     """
 
     def __init__(
@@ -55,6 +59,7 @@ class ThreadGovernor:
         sample: Callable[[], int | None] = runnable_others,
         clock: Callable[[], float] = time.monotonic,
         set_threads: Callable[[int], None] | None = None,
+        current: int | None = None,
     ) -> None:
         if set_threads is None:
             import torch
@@ -62,7 +67,7 @@ class ThreadGovernor:
             set_threads = torch.set_num_threads
         self.threads, self.cores, self.interval_s = threads, cores, interval_s
         self._sample, self._clock, self._set_threads = sample, clock, set_threads
-        self.current = threads
+        self.current = threads if current is None else current
         self.switches = 0
         self._samples: list[tuple[float, int]] = []  # (time, runnable others)
         self._since = clock()
@@ -99,3 +104,12 @@ class ThreadGovernor:
         self.current = threads
         self.switches += 1
         return threads
+
+
+def governor_for_run(current: int) -> ThreadGovernor | None:
+    """The governor of a run that chose its own threads and runs ``current`` now: the quiet
+    count is the start-up rule's (at most the cores); ``None`` where there is nothing to govern
+    (one core, no load reading)."""
+    cores = os.cpu_count() or 1
+    governor = ThreadGovernor(min(QUIET_THREADS, cores), cores, current=current)
+    return governor if governor.active else None

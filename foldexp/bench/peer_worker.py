@@ -126,13 +126,10 @@ def _governed(step: Callable[[], Any]) -> Callable[[], Any]:
     when it chooses the threads (``foldexp/governor.py``)."""
     import torch
 
-    from foldexp.governor import ThreadGovernor
-    from foldexp.startup import QUIET_THREADS
+    from foldexp.governor import governor_for_run
 
-    cores = os.cpu_count() or 1
-    governor = ThreadGovernor(min(QUIET_THREADS, cores), cores)
-    governor.current = torch.get_num_threads()
-    if not governor.active:
+    governor = governor_for_run(torch.get_num_threads())
+    if governor is None:
         return step
 
     def governed_step() -> Any:

@@ -40,9 +40,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from foldexp.config import enum_value
 from foldexp.experiments.build import build_dataset, build_model, check_vectors
-from foldexp.governor import ThreadGovernor
+from foldexp.governor import ThreadGovernor, governor_for_run
 from foldexp.kernels import keep_freed_memory, set_onednn_enabled
-from foldexp.startup import BUSY_AT_START, QUIET_THREADS, default_threads
+from foldexp.startup import BUSY_AT_START, default_threads
 from foldexp.train import distributed as dd
 from foldexp.train import launch
 from foldexp.train.artifacts import read_verified_json, write_json
@@ -161,9 +161,7 @@ def _configure_process(
         return None
     # A run that started quiet drops to one thread while other processes hold the cores; one
     # that started busy goes up to the quiet count once they leave (foldexp/governor.py).
-    governor = ThreadGovernor(min(QUIET_THREADS, cores), cores)
-    governor.current = threads
-    return governor if governor.active else None
+    return governor_for_run(threads)
 
 
 def _build(
