@@ -46,23 +46,22 @@ def _hydra_app(name: str, module: str) -> object:
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
 
+        from foldexp.config.hydra_errors import composing, still_composing
+
         app = importlib.import_module(module)
-        saved, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+        saved = sys.argv
         sys.argv = [f"foldexp {name}", *argv]  # Hydra reads its arguments from sys.argv
-        # Hydra would print a composition error (a mistyped override) with advice about its
-        # own traceback and exit with status 1; raised to us, it becomes one of our errors.
-        os.environ["HYDRA_FULL_ERROR"] = "1"
         try:
-            app.main()
-        except (HydraException, OmegaConfBaseException) as exc:
-            if full_error or os.environ.get("FOLDEXP_TRACEBACK"):
-                raise
-            print(f"foldexp {name}: error: {_hydra_message(exc)}", file=sys.stderr)
-            return 2
+            with composing():
+                try:
+                    app.main()
+                except (HydraException, OmegaConfBaseException) as exc:
+                    if not still_composing() or os.environ.get("FOLDEXP_TRACEBACK"):
+                        raise  # the run's own error, or a user who asked for tracebacks
+                    print(f"foldexp {name}: error: {_hydra_message(exc)}", file=sys.stderr)
+                    return 2
         finally:
             sys.argv = saved
-            if full_error is None:
-                os.environ.pop("HYDRA_FULL_ERROR", None)
         return 0
 
     return run

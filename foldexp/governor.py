@@ -11,8 +11,9 @@ The signal is the number of runnable tasks (``/proc/loadavg``'s fourth field, an
 count across all CPUs), less this thread, sampled at every tick; once an interval has passed
 since the last decision, the median of the last interval's samples decides. Other work holds
 the cores when that median is at least the core count (as the start-up rule reads the load
-average); they are free again when it is at most one less. The gap between the two keeps a run
-from flapping. Between steps this process's other OpenMP threads
+average); they are free again when the run's own threads fit beside it (at most the cores less
+those threads: 0 others on 2 cores). Between the two, the count stays as it is, so a load that
+hovers at the edge does not make a run flap. Between steps this process's other OpenMP threads
 sleep (their spin, ``GOMP_SPINCOUNT=10000``, lasts microseconds), so they do not count
 themselves. Where ``/proc/loadavg`` does not exist the governor does nothing.
 """
@@ -95,7 +96,7 @@ class ThreadGovernor:
         self._since = now
         if self.current > 1 and median >= self.cores:
             return self._switch(1)
-        if self.current == 1 and median <= self.cores - 1:
+        if self.current == 1 and median <= self.cores - self.threads:
             return self._switch(self.threads)
         return None
 

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, open_dict
 
 from foldexp.bench.schema import register_bench_configs
 from foldexp.config import CONF_DIR
+from foldexp.config.hydra_errors import composition_done
 
 __all__ = ["main", "compose_config"]
 
@@ -22,6 +23,7 @@ register_bench_configs()
 @hydra.main(version_base="1.3", config_path="../conf", config_name="bench")
 def main(cfg: DictConfig) -> None:
     """Runs the configured benchmarks into the Hydra run folder."""
+    composition_done()  # from here, errors are the run's (foldexp/config/hydra_errors.py)
     from foldexp.bench.run import run_bench
 
     run_bench(cfg)

@@ -17,6 +17,7 @@ import hydra
 from omegaconf import DictConfig, open_dict
 
 from foldexp.config import CONF_DIR, register_configs
+from foldexp.config.hydra_errors import composition_done
 from foldexp.validate import ConfigError, check_config
 
 __all__ = ["main", "compose_config", "compose_dataset_config", "report_errors", "user_errors"]
@@ -61,6 +62,7 @@ def report_errors(command: str, run: Callable[[], T]) -> T:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     """Trains; returns the selection metric so Hydra sweepers can optimise it."""
+    composition_done()  # from here, errors are the run's (foldexp/config/hydra_errors.py)
     from foldexp.train.loop import run_train
 
     results = report_errors("train", lambda: run_train(cfg))

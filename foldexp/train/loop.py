@@ -193,7 +193,10 @@ def _start(
     optimizer = build_optimizer(instantiate(cfg.optimizer), param_groups(model, cfg.optimizer.lr))
     sparse = use_sparse_table_gradients(model, optimizer, tc.grad_clip, ctx.world_size)
     if sparse and ctx.is_main:
-        log.info("sparse gradients (only the rows read) for the tables: %s", ", ".join(sparse))
+        log.info(
+            "sparse gradients (only the rows read; the same updates to rounding) for: %s",
+            ", ".join(sparse),
+        )
     select, mode = resolve_selection(model, bundle, cfg)
     # Example sizes balance the shards; a single process needs none.
     splits = {"train": bundle.train, "dev": bundle.dev, "test": bundle.test}

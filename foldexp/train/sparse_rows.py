@@ -1,4 +1,4 @@
-"""Embedding tables trained through sparse gradients wherever that changes nothing but the cost.
+"""Embedding tables trained through sparse gradients wherever the update stays the same.
 
 Why: a batch reads a few hundred rows of a word table, but a dense gradient is the whole table:
 every step zeroes it, adds the rows in, and the optimizer then sweeps every entry. SST's
@@ -9,7 +9,10 @@ read, and torch's optimizers update only those.
 Only where the update is the same: an untouched row must not move. That holds for Adagrad and
 for SGD without momentum when the table's weight decay is 0 (a dense step adds ``0`` to such a
 row's accumulator and moves it by ``-lr * 0``); not for momentum, Adam's moment estimates or
-weight decay, which move every row every step. Gradient clipping (torch's norm has no sparse
+weight decay, which move every row every step. The same in exact arithmetic: in floats a word
+read twice in a batch has its two rows summed in another order, and Adagrad divides before it
+scales, so parameters agree to rounding (≈ 1e-7 after a few steps), not bit for bit with a run
+on the dense route. Gradient clipping (torch's norm has no sparse
 kernel), several processes (DDP buckets dense gradients) and a table sharing a fused
 optimizer's group with other parameters (a sparse gradient sends the whole group to torch's
 slower unfused step) keep the dense route too. The choice is per table, made once after the
@@ -71,8 +74,9 @@ def use_sparse_table_gradients(
         if found is not None and _same_update_when_sparse(*found):
             module.sparse = True
             switched.append(names[id(module)] or type(module).__name__)
-    if switched:
+    if switched and not torch.sparse.check_sparse_tensor_invariants.is_enabled():
         # torch's sparse optimizer steps warn unless the (default) choice is made explicitly:
-        # their tensors come from torch's own kernels, so the checks stay off.
+        # their tensors come from torch's own kernels, so the checks stay off (a user who turned
+        # them on keeps them).
         torch.sparse.check_sparse_tensor_invariants.disable()
     return switched

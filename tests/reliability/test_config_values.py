@@ -129,3 +129,28 @@ def test_wrongly_typed_overrides_fail_on_one_line_with_status_2(
     assert first.startswith("foldexp train: error: ") and says in first
     assert "HYDRA_FULL_ERROR" not in err and "reference_type" not in err
     assert "HYDRA_FULL_ERROR" not in __import__("os").environ
+
+
+def test_a_runs_own_config_error_is_not_taken_for_a_users(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Past composition, an OmegaConf error is a bug of the run: Hydra reports it as always
+    (traceback, status 1), and the run's child processes never inherit HYDRA_FULL_ERROR."""
+    import os
+
+    from omegaconf.errors import ConfigAttributeError
+
+    from foldexp.cli import main
+
+    seen: list[str | None] = []
+
+    def buggy_run(cfg: object) -> dict:
+        seen.append(os.environ.get("HYDRA_FULL_ERROR"))
+        raise ConfigAttributeError("Key 'no_such_key' is not in struct")
+
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.setattr("foldexp.train.loop.run_train", buggy_run)
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", f"hydra.run.dir={tmp_path}"])
+    assert exit_.value.code == 1 and seen == [None]
+    assert "foldexp train: error" not in capsys.readouterr().err

@@ -74,3 +74,33 @@ def test_runnable_others_reads_loadavg(tmp_path) -> None:  # type: ignore[no-unt
     path.write_text("garbage")
     assert runnable_others(str(path)) is None
     assert runnable_others(str(tmp_path / "missing")) is None
+
+
+def test_the_thresholds_and_the_band_between_them() -> None:
+    m = _Machine()
+    gov = m.governor()
+    m.steps(gov, 1, 3.0)  # cores - 1 others beside 2 threads: stays
+    assert m.set == []
+    m.steps(gov, 2, 1.0)  # as many others as cores: one thread
+    assert m.set == [1]
+    m.steps(gov, 1, 3.0)  # one other left: 2 threads would not fit beside it, stays at 1
+    assert m.set == [1]
+    for _ in range(5):  # a load alternating between the two edges does not flap
+        m.steps(gov, 2, 1.0)
+        m.steps(gov, 1, 1.0)
+    assert m.set == [1]
+    m.steps(gov, 0, 1.0)
+    assert m.set == [1, 2]
+
+
+def test_four_cores_leave_room_for_others() -> None:
+    m = _Machine()
+    gov = m.governor(threads=2, cores=4)
+    m.steps(gov, 3, 2.0)
+    assert m.set == []
+    m.steps(gov, 4, 1.0)
+    assert m.set == [1]
+    m.steps(gov, 3, 2.0)
+    assert m.set == [1]
+    m.steps(gov, 2, 1.0)
+    assert m.set == [1, 2]

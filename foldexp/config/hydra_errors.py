@@ -1,0 +1,53 @@
+"""Hydra's composition errors as foldexp's own: one line, status 2.
+
+``foldexp train`` and ``foldexp bench`` (``foldexp/cli.py``) run Hydra's app inside
+``composing()``, which sets ``HYDRA_FULL_ERROR=1`` so that an error in composing the config (a
+wrongly typed or unknown override, a missing preset) is raised to the command instead of being
+printed by Hydra with advice about its traceback and status 1. The app's task calls
+``composition_done()`` first thing: from then on the run's own errors are reported as they
+always were (a bug keeps its traceback), and the variable does not reach the run's child
+processes. A user who set ``HYDRA_FULL_ERROR=1`` keeps Hydra's full tracebacks throughout.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["composing", "composition_done", "still_composing"]
+
+_MARK = "FOLDEXP_COMPOSING"
+_users: str | None = None  # the user's own HYDRA_FULL_ERROR, put back when composition is done
+
+
+@contextmanager
+def composing() -> Iterator[None]:
+    """Hydra raises composition errors within this context (unless the user asked for its
+    full tracebacks, ``HYDRA_FULL_ERROR=1``)."""
+    global _users
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        yield
+        return
+    _users = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    os.environ[_MARK] = "1"
+    try:
+        yield
+    finally:
+        composition_done()
+
+
+def composition_done() -> None:
+    """The config is composed: Hydra reports the run's errors itself again."""
+    if os.environ.pop(_MARK, None) is None:
+        return
+    if _users is None:
+        os.environ.pop("HYDRA_FULL_ERROR", None)
+    else:
+        os.environ["HYDRA_FULL_ERROR"] = _users
+
+
+def still_composing() -> bool:
+    """Whether an error now comes from composing the config under ``composing()``."""
+    return os.environ.get(_MARK) is not None
