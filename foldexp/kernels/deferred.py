@@ -22,7 +22,7 @@ it. Results equal autograd's to float rounding (the same products, summed in ano
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -37,15 +37,27 @@ FLUSH_ROWS = 512
 _local = threading.local()
 
 
+Product = Callable[[torch.Tensor | None, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def accumulate_product(acc: torch.Tensor | None, dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``acc + dyᵀ x`` (``dyᵀ x`` when ``acc`` is ``None``), in place into ``acc``."""
+    return torch.mm(dy.t(), x) if acc is None else acc.addmm_(dy.t(), x)
+
+
 class _Slot:
     """The pending ``(x, dy)`` rows and the running gradient sums of one layer's weight."""
 
-    __slots__ = ("owner", "weight", "bias", "xs", "dys", "rows", "grad_w", "grad_b")
+    __slots__ = ("owner", "weight", "bias", "product", "xs", "dys", "rows", "grad_w", "grad_b")
 
     def __init__(
-        self, owner: WeightGradients, weight: torch.Tensor, bias: torch.Tensor | None
+        self,
+        owner: WeightGradients,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        product: Product,
     ) -> None:
-        self.owner, self.weight, self.bias = owner, weight, bias
+        self.owner, self.weight, self.bias, self.product = owner, weight, bias, product
         self.xs: list[torch.Tensor] = []
         self.dys: list[torch.Tensor] = []
         self.rows = 0
@@ -65,10 +77,7 @@ class _Slot:
         x = self.xs[0] if len(self.xs) == 1 else torch.cat(self.xs)
         dy = self.dys[0] if len(self.dys) == 1 else torch.cat(self.dys)
         self.xs, self.dys, self.rows = [], [], 0
-        if self.grad_w is None:
-            self.grad_w = torch.mm(dy.t(), x)
-        else:
-            self.grad_w.addmm_(dy.t(), x)
+        self.grad_w = self.product(self.grad_w, dy, x)
         if self.bias is not None and self.bias.requires_grad:
             db = dy.sum(0)
             self.grad_b = db if self.grad_b is None else self.grad_b.add_(db)
@@ -85,9 +94,15 @@ class WeightGradients:
         # weight gradient from autograd as usual.
         self.accepting = False
 
-    def slot(self, weight: torch.Tensor, bias: torch.Tensor | None) -> _Slot | None:
+    def slot(
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        product: Product = accumulate_product,
+    ) -> _Slot | None:
         """The layer's slot, or ``None`` where its gradient must take autograd's usual path (a
-        weight this collector was not given, or a bias it was not given beside one it was)."""
+        weight this collector was not given, or a bias it was not given beside one it was).
+        ``product(acc, dy, x)`` adds ``dyᵀ x`` to ``acc`` by the layer's matmul route."""
         if id(weight) not in self._deferrable:
             return None
         if bias is not None and bias.requires_grad and id(bias) not in self._deferrable:
@@ -97,7 +112,7 @@ class WeightGradients:
         if slot is None or slot.bias is not bias:
             if slot is not None:  # one weight under two biases: keep autograd's path
                 return None
-            slot = self._slots[key] = _Slot(self, weight, bias)
+            slot = self._slots[key] = _Slot(self, weight, bias, product)
         return slot
 
     def gradients(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

@@ -52,7 +52,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from torch.overrides import TorchFunctionMode
 
-from foldexp.kernels.deferred import DeferredLinear, active_collector
+from foldexp.kernels.deferred import DeferredLinear, accumulate_product, active_collector
 
 __all__ = [
     "Linear",
@@ -193,6 +193,16 @@ def _linear_value(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return F.linear(x, weight, bias)
 
 
+def _weight_product(acc: torch.Tensor | None, dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``acc + dyᵀ x`` for a deferred weight gradient, through oneDNN where the route is on (as
+    ``_OneDnnLinear``'s backward computes it, rows padded so shapes compile once)."""
+    if not _use_onednn(x, dy):
+        return accumulate_product(acc, dy, x)
+    rows = padded_rows(x.shape[0])
+    grad = _mm(_pad_rows(x, rows).t(), _pad_rows(dy, rows).t(), None).t()
+    return grad if acc is None else acc.add_(grad)
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)``, through oneDNN where that is faster (see the module doc);
     inside an executor's sweep, with the weight gradient deferred (``deferred.py``)."""
@@ -205,7 +215,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         and torch.is_grad_enabled()
         and not torch.is_autocast_enabled(x.device.type)
     ):
-        slot = collector.slot(weight, bias)
+        slot = collector.slot(weight, bias, _weight_product)
         if slot is not None:
             return DeferredLinear.apply(x, weight, bias, slot, _linear_value)
     if _use_onednn(x, weight):

@@ -180,3 +180,26 @@ def test_autocast_keeps_autograds_path() -> None:
         out = comp(_VECTORS)
     grads = torch.autograd.grad(out.float().pow(2).sum(), list(comp.parameters()))
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.skipif(not __import__("foldexp").kernels.onednn_available(), reason="no oneDNN")
+@pytest.mark.usefixtures("restore_onednn")
+@pytest.mark.parametrize("flush_rows", [1, 100, 10_000])
+def test_the_onednn_route_defers_through_onednn(monkeypatch, rng, flush_rows: int) -> None:
+    """Where dense layers take oneDNN (non-Intel CPUs by default), the deferred products do too
+    (rows padded, as that route's own backward): gradients equal autograd's through MKL."""
+    from foldexp import Compiler
+    from foldexp.kernels import MIN_ROWS, set_onednn_enabled
+
+    monkeypatch.setattr(deferred, "FLUSH_ROWS", flush_rows)
+    torch.manual_seed(0)
+    block = fb.Map(fb.Vector(8) >> fb.FC(16) >> fb.FC(4)) >> fb.Sum()
+    inputs = [torch.randn(int(n), 8).tolist() for n in rng.integers(1, 30, size=2 * MIN_ROWS)]
+    comp = Compiler(block)
+    params = list(comp.parameters())
+    grads = {}
+    for route in (True, False):
+        set_onednn_enabled(route)
+        grads[route] = torch.autograd.grad(comp(inputs).pow(2).sum(), params)
+    for a, b in zip(grads[True], grads[False]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
