@@ -7,7 +7,8 @@ the running sum: at a few dozen rows that memory traffic costs more than the ari
 layer's backward computes only its input gradient and hands ``(x, dy)`` to a
 ``WeightGradients`` collector, which multiplies the rows it has gathered once it holds
 ``FLUSH_ROWS`` of them (and at the end): one product of hundreds of rows instead of dozens of
-small ones, accumulated in place with ``addmm_``.
+small ones, accumulated in place with ``addmm_`` (through oneDNN where the layer's products go
+there: ``dense.py`` hands the collector its route).
 
 The executor (``foldexp/executor/run.py``) opens a collector for the forward of each
 differentiable sweep and asks it for the weight gradients when its backward has visited every
@@ -28,7 +29,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["WeightGradients", "collecting_weight_gradients", "active_collector", "FLUSH_ROWS"]
+__all__ = [
+    "WeightGradients",
+    "collecting_weight_gradients",
+    "active_collector",
+    "accumulate_product",
+    "FLUSH_ROWS",
+]
 
 # Rows gathered before one product: ≥ 256 rows keep a (750, 300) weight gradient's product well
 # above its output's memory traffic; larger ones only hold more rows in memory.
