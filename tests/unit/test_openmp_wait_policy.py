@@ -20,11 +20,14 @@ def _settings(extra_env: dict[str, str], code: str = CODE) -> str:
     return out.stdout.strip()
 
 
+# Prefixes that make the child process's machine look quiet (2 cores) or busy at start.
+QUIET = "import os; os.getloadavg = lambda: (0.0, 0.0, 0.0); os.cpu_count = lambda: 2; "
+BUSY = "import os; os.getloadavg = lambda: (1e6, 0.0, 0.0); "
+
+
 def test_short_spin_on_a_quiet_machine_passive_on_a_busy_one() -> None:
-    quiet = "import os; os.getloadavg = lambda: (0.0, 0.0, 0.0); "
-    busy = "import os; os.getloadavg = lambda: (1e6, 0.0, 0.0); "
-    assert _settings({}, quiet + CODE) == "None 10000"
-    assert _settings({}, busy + CODE) == "PASSIVE None"
+    assert _settings({}, QUIET + CODE) == "None 10000"
+    assert _settings({}, BUSY + CODE) == "PASSIVE None"
 
 
 def test_the_users_own_setting_wins() -> None:
@@ -43,10 +46,8 @@ THREADS = (
 
 
 def test_one_thread_on_a_machine_busy_at_start_unless_asked() -> None:
-    quiet = "import os; os.getloadavg = lambda: (0.0, 0.0, 0.0); os.cpu_count = lambda: 2; "
-    busy = "import os; os.getloadavg = lambda: (1e6, 0.0, 0.0); "
-    assert _settings({}, quiet + THREADS) == "2 3"
-    assert _settings({}, busy + THREADS) == "1 3"
+    assert _settings({}, QUIET + THREADS) == "2 3"
+    assert _settings({}, BUSY + THREADS) == "1 3"
 
 
 def test_the_thread_choice_reaches_a_run() -> None:
