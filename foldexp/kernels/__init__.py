@@ -1,4 +1,5 @@
-"""Below the block layer: faster routes to standard ops (``linear``) and to memory."""
+"""Below the block layer: faster routes to standard ops (``linear``), fused Tree-LSTM state
+updates (``treelstm``, C++ built on first use by ``native``) and memory."""
 
 from foldexp.kernels.deferred import WeightGradients, collecting_weight_gradients
 from foldexp.kernels.dense import (
@@ -12,6 +13,7 @@ from foldexp.kernels.dense import (
     set_onednn_enabled,
 )
 from foldexp.kernels.memory import keep_freed_memory
+from foldexp.kernels.treelstm import fused_cells_enabled, set_fused_cells_enabled
 
 __all__ = [
     "Linear",
@@ -23,6 +25,8 @@ __all__ = [
     "padded_rows",
     "MIN_ROWS",
     "keep_freed_memory",
+    "fused_cells_enabled",
+    "set_fused_cells_enabled",
     "WeightGradients",
     "collecting_weight_gradients",
 ]

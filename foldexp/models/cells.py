@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from foldexp.kernels import Linear
+from foldexp.kernels import treelstm as fused
 
 __all__ = [
     "TreeLSTMLeaf",
@@ -48,11 +49,18 @@ def _update_dropout(p: float) -> nn.Module | None:
 
 
 def _candidate(u: torch.Tensor, dropout: nn.Module | None) -> torch.Tensor:
-    # ``u`` is a column slice of the gate matmul's output. torch 2.13's CPU ``tanh`` on such a
-    # slice is 6-14x slower across 2 threads than a contiguous copy and ``tanh`` together
-    # (5,476 x 128: 1.87 ms against 0.29 ms; at 1 thread about even); the values are identical.
+    # tanh on a contiguous copy of the gate slice: see ``foldexp.kernels.treelstm._tanh``
     u = torch.tanh(u.contiguous())
     return u if dropout is None else dropout(u)
+
+
+def _update_mask(dropout: nn.Module | None, z: torch.Tensor, hidden: int) -> torch.Tensor | None:
+    """The multipliers (0 or 1/(1-p)) that ``dropout`` applies to ``tanh(u)``, ``(rows, hidden)``:
+    dropout of ones draws the same Bernoulli numbers that dropout of ``tanh(u)`` would, one per
+    element, so the fused kernel and torch ops drop the units the seed says."""
+    if dropout is None or not dropout.training:
+        return None
+    return dropout(z.new_ones((z.shape[0], hidden)))
 
 
 def binary_state(
@@ -60,12 +68,9 @@ def binary_state(
 ) -> State:
     """A binary Tree-LSTM node's ``(h, c)`` from its gates' pre-activations ``z``
     (``(batch, 5 * hidden)``, in the order i, f_left, f_right, o, u) and its children's memories:
-    ``c = i ⊙ u + f_l ⊙ c_l + f_r ⊙ c_r``, ``h = o ⊙ tanh(c)``."""
-    i, fl, fr, o, u = z.chunk(5, dim=1)
-    update = torch.sigmoid(i) * _candidate(u, update_dropout)
-    c = update + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
-    h = torch.sigmoid(o) * torch.tanh(c)
-    return h, c
+    ``c = i ⊙ u + f_l ⊙ c_l + f_r ⊙ c_r``, ``h = o ⊙ tanh(c)``. One fused kernel each way on
+    CPU float32 (``foldexp/kernels/treelstm.py``), torch ops elsewhere."""
+    return fused.binary_state(z, cl, cr, _update_mask(update_dropout, z, cl.shape[1]))
 
 
 class TreeLSTMLeaf(nn.Module):
@@ -81,10 +86,8 @@ class TreeLSTMLeaf(nn.Module):
         self.update_dropout = _update_dropout(recurrent_dropout)
 
     def forward(self, x: torch.Tensor) -> State:  # x: (batch, input)
-        i, o, u = self.gates(x).chunk(3, dim=1)
-        c = torch.sigmoid(i) * _candidate(u, self.update_dropout)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        return h, c
+        z = self.gates(x)
+        return fused.leaf_state(z, _update_mask(self.update_dropout, z, self.hidden_size))
 
 
 class BinaryTreeLSTMCell(nn.Module):

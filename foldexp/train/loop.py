@@ -41,7 +41,7 @@ from omegaconf import DictConfig, OmegaConf
 from foldexp.config import enum_value
 from foldexp.experiments.build import build_dataset, build_model, check_vectors
 from foldexp.governor import ThreadGovernor, governor_for_run
-from foldexp.kernels import keep_freed_memory, set_onednn_enabled
+from foldexp.kernels import keep_freed_memory, set_fused_cells_enabled, set_onednn_enabled
 from foldexp.startup import BUSY_AT_START, default_threads
 from foldexp.train import distributed as dd
 from foldexp.train import launch
@@ -139,9 +139,10 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
 def _configure_process(
     device_cfg: DictConfig, ctx: dd.DistContext, device: torch.device
 ) -> ThreadGovernor | None:
-    """oneDNN, the allocator and the thread count, as ``device.*`` asks; with the thread
-    count left to foldexp, a single CPU process gets a governor that follows the load."""
+    """oneDNN, fused cells, the allocator and the thread count, as ``device.*`` asks; with the
+    thread count left to foldexp, a single CPU process gets a governor that follows the load."""
     set_onednn_enabled(device_cfg.onednn)
+    set_fused_cells_enabled(device_cfg.fused_cells)
     if device_cfg.keep_memory and not keep_freed_memory():
         log.info("device.keep_memory: not glibc, freed memory is managed as usual")
     threads = default_threads(device_cfg.threads)

@@ -61,7 +61,9 @@ def test_the_thread_choice_reaches_a_run() -> None:
     old = torch.get_num_threads()
     cpu = torch.device("cpu")
     try:
-        cfg = OmegaConf.create({"onednn": None, "keep_memory": False, "threads": None})
+        cfg = OmegaConf.create(
+            {"onednn": None, "fused_cells": None, "keep_memory": False, "threads": None}
+        )
         governor = _configure_process(cfg, DistContext(), cpu)
         assert torch.get_num_threads() == default_threads()
         if os.path.exists("/proc/loadavg") and (os.cpu_count() or 1) > 1:

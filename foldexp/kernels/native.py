@@ -1,0 +1,155 @@
+"""Builds foldexp's C++ kernels (``fused_cells.cpp``) on first use and loads them with ctypes.
+
+The source is compiled for the machine it runs on (``-march=native``, OpenMP), with no torch
+headers and no Python binding, in about a second, and the library is kept in a cache folder:
+``$FOLDEXP_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/foldexp/kernels``, else
+``~/.cache/foldexp/kernels``. Its file name carries a digest of the source, the flags, the
+compiler's version and this CPU's model and feature flags, so a cache shared between machines
+(a cluster's home folder) never hands one CPU a library built for another. The library is written
+to a temporary file and renamed into place, so processes that build at once (DDP ranks, a sweep)
+never load a half-written file.
+
+Where no compiler works (``$CXX``, else ``g++``, ``c++``, ``clang++``), ``load_fused_cells()``
+returns ``None`` and ``build_failure()`` says why; the callers then run plain torch ops.
+
+torch is imported before the library is loaded: the library's ``libgomp.so.1`` is then torch's,
+so its loops run on torch's OpenMP threads and follow ``torch.set_num_threads``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import torch  # noqa: F401  (loaded first: see the module docstring)
+
+__all__ = ["load_fused_cells", "build_failure", "kernel_cache_dir"]
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("fused_cells.cpp")
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno",
+         "-fno-trapping-math")  # fmt: skip
+ABI = 1  # fused_cells.cpp's foldexp_fused_cells_abi(); raise both when a signature changes
+BUILD_TIMEOUT_S = 300
+
+_P, _N = ctypes.c_void_p, ctypes.c_int64
+_SIGNATURES = {
+    "binary_forward": [_N, _N, _P, _P, _P, _P, _P, _P, _P],
+    "binary_backward": [_N, _N, _P, _P, _P, _P, _P, _P, _P, _P, _P],
+    "leaf_forward": [_N, _N, _P, _P, _P, _P, _P],
+    "leaf_backward": [_N, _N, _P, _P, _P, _P, _P],
+}
+
+_lock = threading.Lock()
+_loaded: ctypes.CDLL | None = None
+_failure: str | None = None
+_tried = False
+
+
+def kernel_cache_dir() -> Path:
+    if os.environ.get("FOLDEXP_KERNEL_CACHE"):
+        return Path(os.environ["FOLDEXP_KERNEL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "foldexp" / "kernels"
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def _cpu_identity() -> str:
+    """This CPU's model and feature flags (Linux), else what ``platform`` knows."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return f"{platform.machine()} {platform.processor()}"
+    keep = [line for line in text.splitlines() if line.split(":")[0].strip() in
+            ("model name", "flags", "Features", "CPU part")]  # fmt: skip
+    return "\n".join(sorted(set(keep)))
+
+
+def _library_path(compiler: str) -> Path:
+    version = subprocess.run(
+        [compiler, "--version"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    digest = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), version.encode(),
+                 _cpu_identity().encode()):  # fmt: skip
+        digest.update(part)
+        digest.update(b"\0")
+    return kernel_cache_dir() / f"fused_cells-{digest.hexdigest()[:20]}.so"
+
+
+def _build(compiler: str, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp.so", dir=target.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run(
+            [compiler, *FLAGS, "-o", tmp, str(SOURCE)],
+            capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-600:]}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _open(path: Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path))
+    lib.foldexp_fused_cells_abi.restype = ctypes.c_int
+    if lib.foldexp_fused_cells_abi() != ABI:
+        raise RuntimeError(f"{path} has another ABI than {ABI}")
+    for name, args in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, None
+    return lib
+
+
+def _load() -> ctypes.CDLL:
+    compiler = _compiler()
+    if compiler is None:
+        raise RuntimeError("no C++ compiler found ($CXX, g++, c++, clang++)")
+    path = _library_path(compiler)
+    if path.exists():
+        try:
+            return _open(path)
+        except (OSError, AttributeError, RuntimeError) as err:
+            log.info("rebuilding %s: %s", path, err)  # damaged or foreign: build it again
+    _build(compiler, path)
+    return _open(path)
+
+
+def load_fused_cells() -> ctypes.CDLL | None:
+    """The fused Tree-LSTM kernels, built on first call; ``None`` where they cannot be built."""
+    global _loaded, _failure, _tried
+    if _tried:
+        return _loaded
+    with _lock:
+        if not _tried:
+            try:
+                _loaded = _load()
+            except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as err:
+                _failure = f"{type(err).__name__}: {err}"
+                log.info("fused Tree-LSTM kernels unavailable, using torch ops: %s", _failure)
+            _tried = True
+    return _loaded
+
+
+def build_failure() -> str | None:
+    """Why ``load_fused_cells()`` returned ``None`` (after it was called), else ``None``."""
+    return _failure

@@ -1,0 +1,208 @@
+"""The fused Tree-LSTM kernels (``foldexp/kernels/treelstm.py``) against torch ops: values and
+gradients, dropout masks, missing output gradients, odd sizes, threads, extreme inputs; the
+switch; and the build cache (``native.py``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from foldexp.kernels import native
+from foldexp.kernels import treelstm as fused
+from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf, binary_state
+
+needs_kernels = pytest.mark.skipif(
+    native.load_fused_cells() is None, reason="no C++ compiler: the fused kernels cannot build"
+)
+pytestmark = needs_kernels
+TOL = dict(rtol=2e-6, atol=2e-6)
+
+
+@pytest.fixture(autouse=True)
+def restore_switch():
+    yield
+    fused.set_fused_cells_enabled(None)
+
+
+def _torch_binary(z, cl, cr, mask):
+    i, fl, fr, o, u = z.chunk(5, dim=1)
+    u = torch.tanh(u) if mask is None else torch.tanh(u) * mask
+    c = torch.sigmoid(i) * u + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def _torch_leaf(z, mask):
+    i, o, u = z.chunk(3, dim=1)
+    u = torch.tanh(u) if mask is None else torch.tanh(u) * mask
+    c = torch.sigmoid(i) * u
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def _inputs(n, hidden, leaf, scale=3.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    z = (scale * torch.randn(n, (3 if leaf else 5) * hidden, generator=g)).requires_grad_()
+    if leaf:
+        return (z,)
+    children = [torch.randn(n, hidden, generator=g).requires_grad_() for _ in range(2)]
+    return (z, *children)
+
+
+def _mask(n, hidden):
+    keep = torch.rand(n, hidden, generator=torch.Generator().manual_seed(1)) > 0.3
+    return keep.float() / 0.7
+
+
+def _both(leaf, inputs, mask, which=(True, True)):
+    """(values and input gradients) by the fused kernel and by torch ops."""
+    n, hidden = inputs[0].shape[0], inputs[0].shape[1] // (3 if leaf else 5)
+    g = torch.Generator().manual_seed(2)
+    dh, dc = torch.randn(n, hidden, generator=g), torch.randn(n, hidden, generator=g)
+    results = []
+    for fn in (fused.leaf_state, _torch_leaf) if leaf else (fused.binary_state, _torch_binary):
+        h, c = fn(*inputs, mask)
+        outs = [o for o, keep in zip((h, c), which) if keep]
+        grads = [d for d, keep in zip((dh, dc), which) if keep]
+        results.append([h, c, *torch.autograd.grad(outs, inputs, grads, allow_unused=True)])
+    return results
+
+
+@pytest.mark.parametrize("leaf", [False, True], ids=["binary", "leaf"])
+@pytest.mark.parametrize("n,hidden", [(1, 1), (3, 7), (47, 150), (300, 128), (0, 5)])
+@pytest.mark.parametrize("masked", [False, True], ids=["", "masked"])
+def test_fused_equals_torch_ops(leaf, n, hidden, masked):
+    inputs = _inputs(n, hidden, leaf)
+    got, want = _both(leaf, inputs, _mask(n, hidden) if masked else None)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+@pytest.mark.parametrize("leaf", [False, True], ids=["binary", "leaf"])
+@pytest.mark.parametrize("which", [(True, False), (False, True)], ids=["h only", "c only"])
+def test_an_output_without_gradient(leaf, which):
+    """Autograd hands ``None`` for an unused output; the kernel reads it as zero."""
+    got, want = _both(leaf, _inputs(9, 12, leaf), None, which)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+def test_threads_split_rows_without_changing_a_bit():
+    inputs = _inputs(400, 128, False)  # 51,200 elements: above the parallel threshold
+    before = torch.get_num_threads()
+    try:
+        runs = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            runs.append(_both(False, inputs, None)[0])
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
+def test_extreme_inputs_saturate_and_nan_propagates():
+    big = [-1e30, -100.0, -88.5, -20.0, -1e-7, 0.0, 1e-7, 0.3, 0.7, 20.0, 88.5, 100.0, 1e30]
+    x = torch.tensor(big + [math.inf, -math.inf])
+    hidden = x.numel()
+    z = x.repeat(5).view(1, -1)
+    ones = torch.ones(1, hidden)
+    h, c = fused.binary_state(z, ones, ones)
+    want_h, want_c = _torch_binary(z, ones, ones, None)
+    torch.testing.assert_close(h, want_h, **TOL)
+    torch.testing.assert_close(c, want_c, **TOL)
+    z[0, 3] = math.nan
+    h, c = fused.binary_state(z, ones, ones)
+    assert math.isnan(c[0, 3]) and math.isnan(h[0, 3]), "a NaN must not be hidden"
+
+
+def test_tanh_keeps_relative_accuracy_near_zero():
+    """``1 - 2/(e^2x + 1)`` cancels near 0; the kernel switches to a polynomial there."""
+    x = torch.logspace(-30, 0, 200)
+    z = torch.cat([torch.full((1, 200), 40.0), torch.zeros(1, 200), x.view(1, -1)], dim=1)
+    _, c = fused.leaf_state(z)  # c = sigmoid(40) * tanh(x) = tanh(x)
+    torch.testing.assert_close(c[0], torch.tanh(x), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_cells_drop_the_same_units_on_both_routes(p):
+    """A cell's recurrent dropout draws the same mask fused as in torch ops (same seed)."""
+    torch.manual_seed(0)
+    leaf, cell = TreeLSTMLeaf(8, 16, recurrent_dropout=p), BinaryTreeLSTMCell(16, p)
+    x = torch.randn(7, 8, requires_grad=True)
+
+    def run(enabled):
+        fused.set_fused_cells_enabled(enabled)
+        torch.manual_seed(5)
+        h, c = leaf(x)
+        h2, c2 = cell((h[:3], c[:3]), (h[3:6], c[3:6]))
+        loss = (h2 * torch.arange(16.0)).sum() + c2.pow(2).sum() + h.sum()
+        params = [x, *cell.parameters(), *leaf.parameters()]
+        return [h2, c2, *torch.autograd.grad(loss, params)]
+
+    for a, b in zip(run(True), run(False)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_switch_off_takes_torch_ops_and_other_dtypes_never_fuse():
+    z, cl, cr = (t.detach() for t in _inputs(4, 6, False))
+    fused.set_fused_cells_enabled(False)
+    assert not fused.applicable(z, cl, cr)
+    fused.set_fused_cells_enabled(None)
+    assert fused.applicable(z, cl, cr)
+    assert not fused.applicable(z.double(), cl.double(), cr.double())
+    h, c = binary_state(z.double(), cl.double(), cr.double())  # torch ops in float64
+    assert h.dtype == torch.float64
+
+
+@pytest.mark.parametrize("leaf", [False, True], ids=["binary", "leaf"])
+def test_second_derivatives_are_autograds_own(leaf):
+    """Under ``create_graph`` the backward runs torch ops, so a gradient penalty differentiates
+    through it (a backward that silently stopped would make it a constant)."""
+    inputs = _inputs(6, 5, leaf)
+    results = []
+    for fn in (fused.leaf_state, _torch_leaf) if leaf else (fused.binary_state, _torch_binary):
+        h, c = fn(*inputs, None)
+        first = torch.autograd.grad((h * c).sum(), inputs, create_graph=True)
+        penalty = sum(g.pow(2).sum() for g in first)
+        results.append(torch.autograd.grad(penalty, inputs))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_wrong_shapes_are_named():
+    with pytest.raises(ValueError, match="wanted z"):
+        fused.binary_state(torch.zeros(2, 9), torch.zeros(2, 2), torch.zeros(2, 2))
+    with pytest.raises(ValueError, match="not \\(n, 3H\\)"):
+        fused.leaf_state(torch.zeros(2, 4))
+
+
+@pytest.fixture
+def fresh_build(monkeypatch, tmp_path):
+    """``native`` as in a new process, its cache in ``tmp_path``."""
+    monkeypatch.setenv("FOLDEXP_KERNEL_CACHE", str(tmp_path))
+    for name, value in (("_tried", False), ("_loaded", None), ("_failure", None)):
+        monkeypatch.setattr(native, name, value)
+    return tmp_path
+
+
+def test_no_compiler_falls_back_and_forcing_it_names_why(fresh_build, monkeypatch):
+    monkeypatch.setattr(native, "_compiler", lambda: None)
+    assert native.load_fused_cells() is None
+    assert "no C++ compiler" in native.build_failure()
+    assert not fused.fused_cells_enabled()
+    with pytest.raises(RuntimeError, match="device.fused_cells=true.*no C\\+\\+ compiler"):
+        fused.set_fused_cells_enabled(True)
+
+
+def test_a_damaged_cached_library_is_rebuilt(fresh_build):
+    """A truncated or foreign file where the library should be (never loaded before in this
+    process: ``dlopen`` would hand back the loaded one by name) is built again."""
+    path = native._library_path(native._compiler())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not a shared object")
+    lib = native.load_fused_cells()
+    assert lib is not None and lib.foldexp_fused_cells_abi() == native.ABI
+    assert path.stat().st_size > 1000 and not list(fresh_build.glob("*.tmp.so"))
+    z, cl, cr = (t.detach() for t in _inputs(5, 8, False))
+    torch.testing.assert_close(fused.binary_state(z, cl, cr), _torch_binary(z, cl, cr, None))
