@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from foldexp.kernels import treelstm
+from foldexp.kernels import keep_freed_memory, treelstm
 from foldexp.kernels.native import build_failure, load_fused_cells
 
 
@@ -67,6 +67,7 @@ def main() -> None:
     if load_fused_cells() is None:
         raise SystemExit(f"the fused kernels cannot be built here: {build_failure()}")
     torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as training does: no page faults on each call's new tensors
     hidden = args.hidden + args.hidden[-1:] * (len(args.rows) - len(args.hidden))
     print(f"threads {args.threads}; forward + backward, medians of {args.rounds} rounds")
     print("| rows x hidden | cell | fused µs | torch ops µs | speed-up |\n|---|---|---|---|---|")

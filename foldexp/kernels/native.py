@@ -38,14 +38,14 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("fused_cells.cpp")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno",
          "-fno-trapping-math")  # fmt: skip
-ABI = 1  # fused_cells.cpp's foldexp_fused_cells_abi(); raise both when a signature changes
+ABI = 2  # fused_cells.cpp's foldexp_fused_cells_abi(); raise both when a signature changes
 BUILD_TIMEOUT_S = 300
 
 _P, _N = ctypes.c_void_p, ctypes.c_int64
 _SIGNATURES = {
-    "binary_forward": [_N, _N, _P, _P, _P, _P, _P, _P, _P],
+    "binary_forward": [_N, _N, _P, _P, _P, _P, _P, _P],
     "binary_backward": [_N, _N, _P, _P, _P, _P, _P, _P, _P, _P, _P],
-    "leaf_forward": [_N, _N, _P, _P, _P, _P, _P],
+    "leaf_forward": [_N, _N, _P, _P, _P, _P],
     "leaf_backward": [_N, _N, _P, _P, _P, _P, _P],
 }
 
@@ -92,8 +92,22 @@ def _library_path(compiler: str) -> Path:
     return kernel_cache_dir() / f"fused_cells-{digest.hexdigest()[:20]}.so"
 
 
-def _build(compiler: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
+def _private_dir(path: Path) -> Path:
+    """``path``, created if missing, refused unless this user owns it and nobody else may write
+    to it: the library there is loaded into the process, so whoever can write it runs code."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.stat()
+    if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
+        raise RuntimeError(
+            f"{path} is not a private folder of this user (owner {st.st_uid}, mode "
+            f"{st.st_mode & 0o777:o}): set FOLDEXP_KERNEL_CACHE to one"
+        )
+    return path
+
+
+def _build(compiler: str, target: Path) -> ctypes.CDLL:
+    """Compiles to a temporary file, opens it, then renames it into place: ``dlopen`` hands back
+    an already loaded library by its path, so a rebuilt file must be opened under a new name."""
     fd, tmp = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp.so", dir=target.parent)
     os.close(fd)
     try:
@@ -103,7 +117,9 @@ def _build(compiler: str, target: Path) -> None:
         )  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-600:]}")
+        lib = _open(Path(tmp))
         os.replace(tmp, target)
+        return lib
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -125,13 +141,13 @@ def _load() -> ctypes.CDLL:
     if compiler is None:
         raise RuntimeError("no C++ compiler found ($CXX, g++, c++, clang++)")
     path = _library_path(compiler)
+    _private_dir(path.parent)
     if path.exists():
         try:
             return _open(path)
         except (OSError, AttributeError, RuntimeError) as err:
             log.info("rebuilding %s: %s", path, err)  # damaged or foreign: build it again
-    _build(compiler, path)
-    return _open(path)
+    return _build(compiler, path)
 
 
 def load_fused_cells() -> ctypes.CDLL | None:
@@ -143,11 +159,22 @@ def load_fused_cells() -> ctypes.CDLL | None:
         if not _tried:
             try:
                 _loaded = _load()
-            except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as err:
+            except Exception as err:  # noqa: BLE001  (any failure: torch ops serve instead)
                 _failure = f"{type(err).__name__}: {err}"
                 log.info("fused Tree-LSTM kernels unavailable, using torch ops: %s", _failure)
             _tried = True
     return _loaded
+
+
+def _after_fork_in_child() -> None:
+    # A fork taken while another thread held the lock (building) would leave the child's copy
+    # held forever; the child gets a free lock, and builds itself if the build had not finished.
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def build_failure() -> str | None:

@@ -16,7 +16,8 @@ build, ``True`` requires them, ``False`` keeps torch ops. Values agree with torc
 relative (their exp and tanh are other polynomials); the tests hold both routes to that, and
 batched == one-at-a-time eager holds exactly since both take the same route.
 
-Gradients: the forward saves the activations, and the backward is one pass over them. Under
+Gradients: the forward saves its inputs, and the backward is one pass that recomputes the gates
+from ``z`` (cheaper than saving and reading back 6H activations a row). Under
 ``create_graph=True`` (a second derivative, a gradient penalty) the backward runs the same update
 in torch ops instead (``binary_state_ops``), so higher derivatives are autograd's own.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.autograd import forward_ad
 
 from foldexp.kernels.native import build_failure, load_fused_cells
 
@@ -58,12 +60,43 @@ def fused_cells_enabled() -> bool:
     return _switch is not False and load_fused_cells() is not None
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _transformed() -> bool:
+    """A tracer, ``torch.func`` transform or forward-mode AD level is active: the kernel would
+    hand them raw pointers they cannot follow, so torch ops run instead."""
+    return (
+        torch.jit.is_tracing()
+        or torch.jit.is_scripting()
+        or torch._C._are_functorch_transforms_active()
+        or forward_ad._current_level >= 0
+    )
+
+
 def applicable(*tensors: torch.Tensor) -> bool:
-    """Whether the fused route takes these tensors: CPU float32 matrices, switch on."""
+    """Whether the fused route takes these tensors: plain CPU float32 matrices, no tracing or
+    function transform, switch on."""
     for t in tensors:
-        if t.device.type != "cpu" or t.dtype != torch.float32 or t.dim() != 2:
+        if type(t) not in _PLAIN or t.device.type != "cpu" or t.dtype != torch.float32:
             return False
-    return fused_cells_enabled()
+        if t.dim() != 2:
+            return False
+    return fused_cells_enabled() and not _transformed()
+
+
+def _mask_fits(mask: torch.Tensor | None, rows: int, hidden: int) -> bool:
+    """The kernel reads a mask as ``rows x hidden`` float32 multipliers and gives it no gradient;
+    anything else (a broadcast shape, another dtype, a trained mask) takes torch ops."""
+    if mask is None:
+        return True
+    return (
+        type(mask) in _PLAIN
+        and mask.device.type == "cpu"
+        and mask.dtype == torch.float32
+        and mask.shape == (rows, hidden)
+        and not (mask.requires_grad and torch.is_grad_enabled())
+    )
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
@@ -126,25 +159,24 @@ class _BinaryState(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         n, hidden = cl.shape
         h, c = z.new_empty((n, hidden)), z.new_empty((n, hidden))
-        act = z.new_empty((n, 6 * hidden))
         load_fused_cells().binary_forward(
             n, hidden, z.data_ptr(), cl.data_ptr(), cr.data_ptr(), _ptr(mask),
-            h.data_ptr(), c.data_ptr(), act.data_ptr(),
+            h.data_ptr(), c.data_ptr(),
         )  # fmt: skip
-        ctx.save_for_backward(act, z, cl, cr, mask)
+        ctx.save_for_backward(z, cl, cr, mask)
         return h, c
 
     @staticmethod
     def backward(ctx: Any, dh: torch.Tensor | None, dc: torch.Tensor | None) -> Any:
-        act, z, cl, cr, mask = ctx.saved_tensors
+        z, cl, cr, mask = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: a backward that is itself differentiable
             return (*_grads_through_ops(binary_state_ops, (z, cl, cr), mask, dh, dc), None)
         n, hidden = cl.shape
         dh, dc = _contiguous(dh), _contiguous(dc)
-        dz = act.new_empty((n, 5 * hidden))
+        dz = torch.empty_like(z)
         dcl, dcr = torch.empty_like(cl), torch.empty_like(cr)
         load_fused_cells().binary_backward(
-            n, hidden, act.data_ptr(), cl.data_ptr(), cr.data_ptr(), _ptr(mask),
+            n, hidden, z.data_ptr(), cl.data_ptr(), cr.data_ptr(), _ptr(mask),
             _ptr(dh), _ptr(dc), dz.data_ptr(), dcl.data_ptr(), dcr.data_ptr(),
         )  # fmt: skip
         return dz, dcl, dcr, None
@@ -156,23 +188,22 @@ class _LeafState(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         n, hidden = z.shape[0], z.shape[1] // 3
         h, c = z.new_empty((n, hidden)), z.new_empty((n, hidden))
-        act = z.new_empty((n, 4 * hidden))
         load_fused_cells().leaf_forward(
-            n, hidden, z.data_ptr(), _ptr(mask), h.data_ptr(), c.data_ptr(), act.data_ptr()
+            n, hidden, z.data_ptr(), _ptr(mask), h.data_ptr(), c.data_ptr()
         )
-        ctx.save_for_backward(act, z, mask)
+        ctx.save_for_backward(z, mask)
         return h, c
 
     @staticmethod
     def backward(ctx: Any, dh: torch.Tensor | None, dc: torch.Tensor | None) -> Any:
-        act, z, mask = ctx.saved_tensors
+        z, mask = ctx.saved_tensors
         if torch.is_grad_enabled():
             return (*_grads_through_ops(leaf_state_ops, (z,), mask, dh, dc), None)
-        n, hidden = act.shape[0], act.shape[1] // 4
+        n, hidden = z.shape[0], z.shape[1] // 3
         dh, dc = _contiguous(dh), _contiguous(dc)
-        dz = act.new_empty((n, 3 * hidden))
+        dz = torch.empty_like(z)
         load_fused_cells().leaf_backward(
-            n, hidden, act.data_ptr(), _ptr(mask), _ptr(dh), _ptr(dc), dz.data_ptr()
+            n, hidden, z.data_ptr(), _ptr(mask), _ptr(dh), _ptr(dc), dz.data_ptr()
         )
         return dz, None
 
@@ -185,9 +216,9 @@ def binary_state(
     z: torch.Tensor, cl: torch.Tensor, cr: torch.Tensor, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(h, c)`` of binary Tree-LSTM nodes: fused where ``applicable``, else torch ops."""
-    if not applicable(z, cl, cr):
+    n, hidden = cl.shape[0], cl.shape[-1]
+    if not applicable(z, cl, cr) or not _mask_fits(mask, n, hidden):
         return binary_state_ops(z, cl, cr, mask)
-    n, hidden = cl.shape
     if z.shape != (n, 5 * hidden) or cr.shape != (n, hidden):
         raise ValueError(f"binary_state: z {tuple(z.shape)}, children {tuple(cl.shape)}, "
                          f"{tuple(cr.shape)}; wanted z (n, 5H) and two (n, H)")  # fmt: skip
@@ -197,7 +228,7 @@ def binary_state(
     h, c = z.new_empty((n, hidden)), z.new_empty((n, hidden))
     load_fused_cells().binary_forward(
         n, hidden, z.data_ptr(), cl.data_ptr(), cr.data_ptr(), _ptr(mask),
-        h.data_ptr(), c.data_ptr(), None,
+        h.data_ptr(), c.data_ptr(),
     )  # fmt: skip
     return h, c
 
@@ -206,7 +237,7 @@ def leaf_state(
     z: torch.Tensor, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(h, c)`` of Tree-LSTM leaves from ``z`` (n, 3H): gates i, o, u."""
-    if not applicable(z):
+    if not applicable(z) or not _mask_fits(mask, z.shape[0], z.shape[-1] // 3):
         return leaf_state_ops(z, mask)
     if z.shape[1] % 3:
         raise ValueError(f"leaf_state: z {tuple(z.shape)} is not (n, 3H)")
@@ -215,7 +246,5 @@ def leaf_state(
         return _LeafState.apply(z, mask)
     n, hidden = z.shape[0], z.shape[1] // 3
     h, c = z.new_empty((n, hidden)), z.new_empty((n, hidden))
-    load_fused_cells().leaf_forward(
-        n, hidden, z.data_ptr(), _ptr(mask), h.data_ptr(), c.data_ptr(), None
-    )
+    load_fused_cells().leaf_forward(n, hidden, z.data_ptr(), _ptr(mask), h.data_ptr(), c.data_ptr())
     return h, c

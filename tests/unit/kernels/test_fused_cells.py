@@ -206,3 +206,75 @@ def test_a_damaged_cached_library_is_rebuilt(fresh_build):
     assert path.stat().st_size > 1000 and not list(fresh_build.glob("*.tmp.so"))
     z, cl, cr = (t.detach() for t in _inputs(5, 8, False))
     torch.testing.assert_close(fused.binary_state(z, cl, cr), _torch_binary(z, cl, cr, None))
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [
+        torch.full((1, 6), 2.0),  # broadcast: torch ops accept it, the kernel would read past it
+        torch.full((5, 6), 2.0, dtype=torch.float64),
+        torch.ones(5, 6, dtype=torch.bool),
+        torch.full((5, 6), 2.0, requires_grad=True),
+    ],
+    ids=["broadcast", "float64", "bool", "trained"],
+)
+def test_a_mask_the_kernel_cannot_read_takes_torch_ops(mask):
+    z, cl, cr = _inputs(5, 6, False)
+    got = fused.binary_state(z, cl, cr, mask)
+    want = _torch_binary(z, cl, cr, mask)
+    torch.testing.assert_close(got, want, **TOL)
+    if mask.requires_grad:
+        (g,) = torch.autograd.grad(got[1].sum(), mask)
+        torch.testing.assert_close(g, torch.autograd.grad(want[1].sum(), mask)[0], **TOL)
+
+
+class _Pair(torch.nn.Module):
+    def __init__(self, cell):
+        super().__init__()
+        self.cell = cell
+
+    def forward(self, hl, cl, hr, cr):
+        return self.cell((hl, cl), (hr, cr))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch 2.13's jit.trace, make_dual
+def test_tracers_and_transforms_see_torch_ops():
+    """``jit.trace`` would record only the empty outputs; ``vmap`` / forward AD would meet raw
+    pointers: all of them get torch ops."""
+    cell = BinaryTreeLSTMCell(4)
+    hl, cl, hr, cr = (torch.randn(3, 4) for _ in range(4))
+    with torch.no_grad():
+        traced = torch.jit.trace(_Pair(cell), (hl, cl, hr, cr))
+        for a, b in zip(traced(hl, cl, hr, cr), cell((hl, cl), (hr, cr))):
+            torch.testing.assert_close(a, b, **TOL)
+    z, cl, cr = (t.detach() for t in _inputs(3, 4, False))
+    batched = torch.func.vmap(lambda a, b, c: fused.binary_state(a[None], b[None], c[None]))
+    torch.testing.assert_close(batched(z, cl, cr)[1][:, 0], _torch_binary(z, cl, cr, None)[1])
+    tangent = torch.randn_like(z)
+    with torch.autograd.forward_ad.dual_level():
+        _, c = fused.binary_state(torch.autograd.forward_ad.make_dual(z, tangent), cl, cr)
+        got = torch.autograd.forward_ad.unpack_dual(c).tangent
+    _, want = torch.func.jvp(lambda a: _torch_binary(a, cl, cr, None), (z,), (tangent,))
+    torch.testing.assert_close(got, want[1] if isinstance(want, tuple) else want, **TOL)
+
+
+def test_a_foreign_library_in_the_cache_is_replaced_in_this_process(fresh_build, monkeypatch):
+    """A library of another ABI at the cached path is rebuilt, and the rebuilt one is what this
+    process loads (``dlopen`` would hand back the old one by its path)."""
+    path = native._library_path(native._compiler())
+    native._private_dir(path.parent)
+    monkeypatch.setattr(native, "ABI", native.ABI + 100)
+    with pytest.raises(RuntimeError, match="another ABI"):
+        native._load()  # builds a good library, which this fake ABI refuses
+    monkeypatch.setattr(native, "ABI", native.ABI - 100)
+    lib = native.load_fused_cells()
+    assert lib is not None and lib.foldexp_fused_cells_abi() == native.ABI
+
+
+def test_a_cache_others_can_write_is_refused(fresh_build):
+    fresh_build.chmod(0o777)
+    try:
+        assert native.load_fused_cells() is None
+        assert "not a private folder" in native.build_failure()
+    finally:
+        fresh_build.chmod(0o700)
