@@ -37,6 +37,11 @@ from foldexp.blocks.internal import Op
 from foldexp.compiler.schedule import Group, Index, Plan
 from foldexp.kernels import WeightGradients, collecting_weight_gradients, routed_linears
 
+try:  # autograd's engine entry point (torch >= 2.3); the public torch.autograd.grad otherwise
+    from torch.autograd.graph import _engine_run_backward
+except ImportError:  # pragma: no cover
+    _engine_run_backward = None
+
 __all__ = ["execute"]
 
 
@@ -175,14 +180,27 @@ class _Sweep:
             inputs = [x for _, x in wrt_leaves] + [p for _, p in wrt_params]
             if not inputs:
                 continue
-            res = torch.autograd.grad(
-                [o for o, _ in pairs], inputs, [gr for _, gr in pairs], allow_unused=True
-            )
+            res = _group_grads([o for o, _ in pairs], inputs, [gr for _, gr in pairs])
             for (ga, _), gx in zip(wrt_leaves, res):
                 if gx is not None:
                     _accumulate(gbuf[ga.tid], ga.rows, gx)  # type: ignore[arg-type]
             for (i, _), gp in zip(wrt_params, res[len(wrt_leaves) :]):
                 _add_param_grad(param_grads, owned, i, gp)
+
+
+def _group_grads(
+    outs: list[torch.Tensor], inputs: list[torch.Tensor], grads: list[torch.Tensor]
+) -> tuple[torch.Tensor | None, ...]:
+    """``torch.autograd.grad(outs, inputs, grads, allow_unused=True)``, straight into autograd's
+    engine where torch has the entry point: the public call first converts every output gradient
+    in Python (``_make_grads``), while these are buffer rows of the outputs' own shapes and
+    dtypes, which the engine checks again itself. SST step 19.7-20.4 → 19.2-20.1 ms (three
+    alternating pairs). Under ``create_graph`` (grad mode on) the public call keeps its checks."""
+    if _engine_run_backward is None or torch.is_grad_enabled():
+        return torch.autograd.grad(outs, inputs, grads, allow_unused=True)
+    return _engine_run_backward(
+        tuple(outs), tuple(grads), False, False, tuple(inputs), True, accumulate_grad=False
+    )
 
 
 def _add_param_grad(
