@@ -9,7 +9,8 @@
 //
 // Layouts (H = hidden size, one row per node):
 //   binary: z (n, 5H) pre-activations i, f_left, f_right, o, u; cl, cr (n, H) children's memories
-//   leaf:   z (n, 3H) pre-activations i, o, u
+//   leaf:   z (n, 3H) pre-activations i, o, u; carry (n, H) added to c, or null:
+//           c = i * u + carry, a child-sum node's sum of its children's gated memories
 //   mask:   (n, H) dropout multipliers on tanh(u) (0 or 1/(1-p)), or null
 //   dh, dc: (n, H) output gradients, or null where autograd has none
 // The backward recomputes the activations from z: saving them (6H floats a row) and reading them
@@ -20,6 +21,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 namespace {
 
@@ -112,29 +114,31 @@ void binary_backward_rows(int64_t n, int64_t H, const float* z, const float* cl,
   }
 }
 
-template <bool kMask>
-void leaf_forward_rows(int64_t n, int64_t H, const float* z, const float* mask, float* h,
-                       float* c) {
+template <bool kMask, bool kCarry>
+void leaf_forward_rows(int64_t n, int64_t H, const float* z, const float* mask, const float* carry,
+                       float* h, float* c) {
 #pragma omp parallel for schedule(static) if (n * H > kParallelElements)
   for (int64_t r = 0; r < n; ++r) {
     const float* zr = z + r * 3 * H;
     const float *zi = zr, *zo = zr + H, *zu = zr + 2 * H;
     const int64_t b = r * H;
-    const float* mb = mask + b;
+    const float *mb = mask + b, *kb = carry + b;
     float *hb = h + b, *cb = c + b;
 #pragma omp simd
     for (int64_t j = 0; j < H; ++j) {
       float i = sigmoid_f(zi[j]), o = sigmoid_f(zo[j]), t = tanh_f(zu[j]);
       float cc = i * (kMask ? t * mb[j] : t);
+      if (kCarry) cc += kb[j];
       cb[j] = cc;
       hb[j] = o * tanh_f(cc);
     }
   }
 }
 
-template <bool kMask, bool kDh, bool kDc>
+template <bool kMask, bool kCarry, bool kDh, bool kDc>
 void leaf_backward_rows(int64_t n, int64_t H, const float* z, const float* mask,
-                        const float* dh, const float* dc, float* dz) {
+                        const float* carry, const float* dh, const float* dc, float* dz,
+                        float* dcarry) {
 #pragma omp parallel for schedule(static) if (n * H > kParallelElements)
   for (int64_t r = 0; r < n; ++r) {
     const float* zr = z + r * 3 * H;
@@ -142,54 +146,67 @@ void leaf_backward_rows(int64_t n, int64_t H, const float* z, const float* mask,
     float* dzr = dz + r * 3 * H;
     float *di = dzr, *dout = dzr + H, *du = dzr + 2 * H;
     const int64_t b = r * H;
-    const float *mb = mask + b, *dhb = dh + b, *dcb = dc + b;
+    const float *mb = mask + b, *kb = carry + b, *dhb = dh + b, *dcb = dc + b;
+    float* dkb = dcarry + b;
 #pragma omp simd
     for (int64_t j = 0; j < H; ++j) {
       float i = sigmoid_f(zi[j]), o = sigmoid_f(zo[j]), t = tanh_f(zu[j]);
       float m = kMask ? mb[j] : 1.0f;
-      float tc = tanh_f(i * (t * m));
+      float tc = tanh_f(i * (t * m) + (kCarry ? kb[j] : 0.0f));
       float gh = kDh ? dhb[j] : 0.0f;
       float g = (kDc ? dcb[j] : 0.0f) + gh * o * (1.0f - tc * tc);
       di[j] = g * (t * m) * i * (1.0f - i);
       dout[j] = gh * tc * o * (1.0f - o);
       du[j] = g * i * m * (1.0f - t * t);
+      if (kCarry) dkb[j] = g;
     }
   }
 }
 
-}  // namespace
+// Calls ``f`` with std::true_type or std::false_type: each entry point below picks the loop
+// compiled for its null pointers, so no branch stays inside a vectorized loop.
+template <typename F>
+void with_flag(bool flag, F&& f) {
+  if (flag) f(std::true_type{}); else f(std::false_type{});
+}
 
-// Each entry point picks the loop compiled for its null pointers, so no branch stays inside a
-// vectorized loop.
-#define FOLDEXP_PICK1(fn, a, ...) ((a) ? fn<true>(__VA_ARGS__) : fn<false>(__VA_ARGS__))
-#define FOLDEXP_PICK3(fn, a, b, c, ...) \
-  ((a) ? ((b) ? ((c) ? fn<true, true, true>(__VA_ARGS__) : fn<true, true, false>(__VA_ARGS__)) \
-              : ((c) ? fn<true, false, true>(__VA_ARGS__) : fn<true, false, false>(__VA_ARGS__))) \
-       : ((b) ? ((c) ? fn<false, true, true>(__VA_ARGS__) : fn<false, true, false>(__VA_ARGS__)) \
-              : ((c) ? fn<false, false, true>(__VA_ARGS__) : fn<false, false, false>(__VA_ARGS__))))
+}  // namespace
 
 extern "C" {
 
-int foldexp_fused_cells_abi() { return 2; }
+int foldexp_fused_cells_abi() { return 3; }
 
 void binary_forward(int64_t n, int64_t H, const float* z, const float* cl, const float* cr,
                     const float* mask, float* h, float* c) {
-  FOLDEXP_PICK1(binary_forward_rows, mask, n, H, z, cl, cr, mask, h, c);
+  with_flag(mask, [&](auto m) {
+    binary_forward_rows<decltype(m)::value>(n, H, z, cl, cr, mask, h, c);
+  });
 }
 
 void binary_backward(int64_t n, int64_t H, const float* z, const float* cl, const float* cr,
                      const float* mask, const float* dh, const float* dc, float* dz, float* dcl,
                      float* dcr) {
-  FOLDEXP_PICK3(binary_backward_rows, mask, dh, dc, n, H, z, cl, cr, mask, dh, dc, dz, dcl, dcr);
+  with_flag(mask, [&](auto m) { with_flag(dh, [&](auto gh) { with_flag(dc, [&](auto gc) {
+    binary_backward_rows<decltype(m)::value, decltype(gh)::value, decltype(gc)::value>(
+        n, H, z, cl, cr, mask, dh, dc, dz, dcl, dcr);
+  }); }); });
 }
 
-void leaf_forward(int64_t n, int64_t H, const float* z, const float* mask, float* h, float* c) {
-  FOLDEXP_PICK1(leaf_forward_rows, mask, n, H, z, mask, h, c);
+void leaf_forward(int64_t n, int64_t H, const float* z, const float* mask, const float* carry,
+                  float* h, float* c) {
+  with_flag(mask, [&](auto m) { with_flag(carry, [&](auto k) {
+    leaf_forward_rows<decltype(m)::value, decltype(k)::value>(n, H, z, mask, carry, h, c);
+  }); });
 }
 
-void leaf_backward(int64_t n, int64_t H, const float* z, const float* mask, const float* dh,
-                   const float* dc, float* dz) {
-  FOLDEXP_PICK3(leaf_backward_rows, mask, dh, dc, n, H, z, mask, dh, dc, dz);
+void leaf_backward(int64_t n, int64_t H, const float* z, const float* mask, const float* carry,
+                   const float* dh, const float* dc, float* dz, float* dcarry) {
+  with_flag(mask, [&](auto m) { with_flag(carry, [&](auto k) {
+    with_flag(dh, [&](auto gh) { with_flag(dc, [&](auto gc) {
+      leaf_backward_rows<decltype(m)::value, decltype(k)::value, decltype(gh)::value,
+                         decltype(gc)::value>(n, H, z, mask, carry, dh, dc, dz, dcarry);
+    }); });
+  }); });
 }
 
 }  // extern "C"

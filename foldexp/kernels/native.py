@@ -38,15 +38,15 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("fused_cells.cpp")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno",
          "-fno-trapping-math")  # fmt: skip
-ABI = 2  # fused_cells.cpp's foldexp_fused_cells_abi(); raise both when a signature changes
+ABI = 3  # fused_cells.cpp's foldexp_fused_cells_abi(); raise both when a signature changes
 BUILD_TIMEOUT_S = 300
 
 _P, _N = ctypes.c_void_p, ctypes.c_int64
 _SIGNATURES = {
     "binary_forward": [_N, _N, _P, _P, _P, _P, _P, _P],
     "binary_backward": [_N, _N, _P, _P, _P, _P, _P, _P, _P, _P, _P],
-    "leaf_forward": [_N, _N, _P, _P, _P, _P],
-    "leaf_backward": [_N, _N, _P, _P, _P, _P, _P],
+    "leaf_forward": [_N, _N, _P, _P, _P, _P, _P],
+    "leaf_backward": [_N, _N, _P, _P, _P, _P, _P, _P, _P],
 }
 
 _lock = threading.Lock()

@@ -125,21 +125,22 @@ def binary_state_ops(
 
 
 def leaf_state_ops(
-    z: torch.Tensor, mask: torch.Tensor | None = None
+    z: torch.Tensor, mask: torch.Tensor | None = None, carry: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``leaf_state`` in torch ops."""
     i, o, u = z.chunk(3, dim=1)
     u = _tanh(u) if mask is None else _tanh(u) * mask
-    c = torch.sigmoid(i) * u
+    c = torch.sigmoid(i) * u if carry is None else torch.sigmoid(i) * u + carry
     return torch.sigmoid(o) * torch.tanh(c), c
 
 
 def _grads_through_ops(
-    ops: Any, inputs: tuple[torch.Tensor, ...], mask: Any, dh: Any, dc: Any
+    ops: Any, inputs: tuple[torch.Tensor, ...], dh: Any, dc: Any
 ) -> list[torch.Tensor | None]:
-    """The inputs' gradients by autograd through ``ops``, differentiable (``create_graph``)."""
+    """The inputs' gradients by autograd through ``ops(*inputs)``, differentiable
+    (``create_graph``)."""
     with torch.enable_grad():
-        h, c = ops(*inputs, mask)
+        h, c = ops(*inputs)
     pairs = [(o, g) for o, g in ((h, dh), (c, dc)) if g is not None]
     wrt = [x for x in inputs if x.requires_grad]
     if not pairs or not wrt:
@@ -170,7 +171,8 @@ class _BinaryState(torch.autograd.Function):
     def backward(ctx: Any, dh: torch.Tensor | None, dc: torch.Tensor | None) -> Any:
         z, cl, cr, mask = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: a backward that is itself differentiable
-            return (*_grads_through_ops(binary_state_ops, (z, cl, cr), mask, dh, dc), None)
+            ops = lambda a, b, c: binary_state_ops(a, b, c, mask)  # noqa: E731
+            return (*_grads_through_ops(ops, (z, cl, cr), dh, dc), None)
         n, hidden = cl.shape
         dh, dc = _contiguous(dh), _contiguous(dc)
         dz = torch.empty_like(z)
@@ -184,28 +186,35 @@ class _BinaryState(torch.autograd.Function):
 
 class _LeafState(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, z: torch.Tensor, mask: Any) -> Any:
+    def forward(ctx: Any, z: torch.Tensor, mask: Any, carry: Any) -> Any:
         ctx.set_materialize_grads(False)
         n, hidden = z.shape[0], z.shape[1] // 3
         h, c = z.new_empty((n, hidden)), z.new_empty((n, hidden))
         load_fused_cells().leaf_forward(
-            n, hidden, z.data_ptr(), _ptr(mask), h.data_ptr(), c.data_ptr()
+            n, hidden, z.data_ptr(), _ptr(mask), _ptr(carry), h.data_ptr(), c.data_ptr()
         )
-        ctx.save_for_backward(z, mask)
+        ctx.save_for_backward(z, mask, carry)
         return h, c
 
     @staticmethod
     def backward(ctx: Any, dh: torch.Tensor | None, dc: torch.Tensor | None) -> Any:
-        z, mask = ctx.saved_tensors
+        z, mask, carry = ctx.saved_tensors
         if torch.is_grad_enabled():
-            return (*_grads_through_ops(leaf_state_ops, (z,), mask, dh, dc), None)
+            if carry is None:
+                (dz,) = _grads_through_ops(lambda a: leaf_state_ops(a, mask), (z,), dh, dc)
+                return dz, None, None
+            ops = lambda a, k: leaf_state_ops(a, mask, k)  # noqa: E731
+            dz, dk = _grads_through_ops(ops, (z, carry), dh, dc)
+            return dz, None, dk
         n, hidden = z.shape[0], z.shape[1] // 3
         dh, dc = _contiguous(dh), _contiguous(dc)
         dz = torch.empty_like(z)
+        dcarry = None if carry is None else torch.empty_like(carry)
         load_fused_cells().leaf_backward(
-            n, hidden, z.data_ptr(), _ptr(mask), _ptr(dh), _ptr(dc), dz.data_ptr()
-        )
-        return dz, None
+            n, hidden, z.data_ptr(), _ptr(mask), _ptr(carry), _ptr(dh), _ptr(dc),
+            dz.data_ptr(), _ptr(dcarry),
+        )  # fmt: skip
+        return dz, None, dcarry
 
 
 def _needs_graph(*tensors: torch.Tensor) -> bool:
@@ -234,17 +243,21 @@ def binary_state(
 
 
 def leaf_state(
-    z: torch.Tensor, mask: torch.Tensor | None = None
+    z: torch.Tensor, mask: torch.Tensor | None = None, carry: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(h, c)`` of Tree-LSTM leaves from ``z`` (n, 3H): gates i, o, u."""
-    if not applicable(z) or not _mask_fits(mask, z.shape[0], z.shape[-1] // 3):
-        return leaf_state_ops(z, mask)
+    """``(h, c)`` from ``z`` (n, 3H), gates i, o, u: ``c = i ⊙ u (+ carry)``, ``h = o ⊙ tanh(c)``;
+    a Tree-LSTM leaf, or with ``carry`` (n, H) a child-sum node (``carry = Σ_k f_k ⊙ c_k``)."""
+    n, hidden = z.shape[0], z.shape[-1] // 3
+    fits = carry is None or (applicable(carry) and tuple(carry.shape) == (n, hidden))
+    if not fits or not applicable(z) or not _mask_fits(mask, n, hidden):
+        return leaf_state_ops(z, mask, carry)
     if z.shape[1] % 3:
         raise ValueError(f"leaf_state: z {tuple(z.shape)} is not (n, 3H)")
-    z, mask = z.contiguous(), _contiguous(mask)
-    if _needs_graph(z):
-        return _LeafState.apply(z, mask)
-    n, hidden = z.shape[0], z.shape[1] // 3
+    z, mask, carry = z.contiguous(), _contiguous(mask), _contiguous(carry)
+    if _needs_graph(z, *(() if carry is None else (carry,))):
+        return _LeafState.apply(z, mask, carry)
     h, c = z.new_empty((n, hidden)), z.new_empty((n, hidden))
-    load_fused_cells().leaf_forward(n, hidden, z.data_ptr(), _ptr(mask), h.data_ptr(), c.data_ptr())
+    load_fused_cells().leaf_forward(
+        n, hidden, z.data_ptr(), _ptr(mask), _ptr(carry), h.data_ptr(), c.data_ptr()
+    )
     return h, c

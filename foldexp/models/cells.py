@@ -12,6 +12,9 @@ They are what ``Function`` wraps inside tree and sequence models:
   of ``child_sum.py`` batch: ``ChildForget`` / ``ChildSumCombine``, and ``WordChildForget`` /
   ``WordChildSumCombine`` for nodes with a word;
 - ``LSTMCell`` / ``GRUCell`` taking ``(state, input)`` pairs as ``Fold`` passes them.
+
+The Tree-LSTM state updates (binary, leaf, child-sum combine) go through
+``foldexp.kernels.treelstm``: one fused C++ kernel each way on CPU float32, torch ops elsewhere.
 """
 
 from __future__ import annotations
@@ -46,12 +49,6 @@ def _update_dropout(p: float) -> nn.Module | None:
     only, so the memory ``c`` carried up the tree is never erased (the Fold paper's §3.5.1).
     ``None`` when off, so per-node loops (the peers bench) pay no extra module call."""
     return nn.Dropout(p) if p > 0 else None
-
-
-def _candidate(u: torch.Tensor, dropout: nn.Module | None) -> torch.Tensor:
-    # tanh on a contiguous copy of the gate slice: see ``foldexp.kernels.treelstm._tanh``
-    u = torch.tanh(u.contiguous())
-    return u if dropout is None else dropout(u)
 
 
 def _update_mask(dropout: nn.Module | None, z: torch.Tensor, hidden: int) -> torch.Tensor | None:
@@ -202,9 +199,9 @@ class ChildSumCombine(nn.Module):
         self.update_dropout = _update_dropout(recurrent_dropout)
 
     def forward(self, h_sum: torch.Tensor, fc_sum: torch.Tensor) -> State:
-        i, o, u = self.gates(h_sum).chunk(3, dim=1)
-        c = torch.sigmoid(i) * _candidate(u, self.update_dropout) + fc_sum
-        return torch.sigmoid(o) * torch.tanh(c), c
+        z = self.gates(h_sum)
+        mask = _update_mask(self.update_dropout, z, z.shape[1] // 3)
+        return fused.leaf_state(z, mask, carry=fc_sum)
 
 
 class WordChildForget(nn.Module):
@@ -233,10 +230,9 @@ class WordChildSumCombine(nn.Module):
         self.update_dropout = _update_dropout(recurrent_dropout)
 
     def forward(self, x_gates: torch.Tensor, h_sum: torch.Tensor, fc_sum: torch.Tensor) -> State:
-        n = self.hidden_size
-        i, o, u = (self.gates(h_sum) + x_gates[:, : 3 * n]).chunk(3, dim=1)
-        c = torch.sigmoid(i) * _candidate(u, self.update_dropout) + fc_sum
-        return torch.sigmoid(o) * torch.tanh(c), c
+        z = self.gates(h_sum) + x_gates[:, : 3 * self.hidden_size]
+        mask = _update_mask(self.update_dropout, z, self.hidden_size)
+        return fused.leaf_state(z, mask, carry=fc_sum)
 
 
 class LSTMCell(nn.Module):

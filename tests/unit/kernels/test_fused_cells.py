@@ -278,3 +278,50 @@ def test_a_cache_others_can_write_is_refused(fresh_build):
         assert "not a private folder" in native.build_failure()
     finally:
         fresh_build.chmod(0o700)
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["", "masked"])
+@pytest.mark.parametrize("which", [(True, True), (True, False), (False, True)])
+def test_a_carried_memory_equals_torch_ops(masked, which):
+    """``leaf_state(z, mask, carry)``: a child-sum node, ``c = i ⊙ u + carry``."""
+    z, carry = _inputs(9, 12, True)[0], torch.randn(9, 12, requires_grad=True)
+    mask = _mask(9, 12) if masked else None
+    g = torch.Generator().manual_seed(3)
+    dh, dc = torch.randn(9, 12, generator=g), torch.randn(9, 12, generator=g)
+    results = []
+    for fn in (fused.leaf_state, fused.leaf_state_ops):
+        h, c = fn(z, mask, carry)
+        outs = [o for o, keep in zip((h, c), which) if keep]
+        grads = [d for d, keep in zip((dh, dc), which) if keep]
+        results.append([h, c, *torch.autograd.grad(outs, (z, carry), grads)])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+def test_child_sum_cells_equal_on_both_routes():
+    from foldexp.models.cells import ChildSumCombine, WordChildSumCombine
+
+    torch.manual_seed(0)
+    plain, word = ChildSumCombine(6, recurrent_dropout=0.25), WordChildSumCombine(6, 0.25)
+    h_sum, fc_sum, x = (torch.randn(5, k, requires_grad=True) for k in (6, 6, 24))
+
+    def run(enabled):
+        fused.set_fused_cells_enabled(enabled)
+        torch.manual_seed(7)
+        (h1, c1), (h2, c2) = plain(h_sum, fc_sum), word(x, h_sum, fc_sum)
+        loss = (h1 * c1).sum() + (h2 - c2).pow(2).sum()
+        return [h1, c1, h2, c2, *torch.autograd.grad(loss, [h_sum, fc_sum, x])]
+
+    for a, b in zip(run(True), run(False)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_second_derivatives_with_a_carried_memory():
+    z, carry = _inputs(4, 5, True)[0], torch.randn(4, 5, requires_grad=True)
+    results = []
+    for fn in (fused.leaf_state, fused.leaf_state_ops):
+        h, c = fn(z, None, carry)
+        first = torch.autograd.grad((h * c).sum(), (z, carry), create_graph=True)
+        results.append(torch.autograd.grad(sum(g.pow(2).sum() for g in first), (z, carry)))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
