@@ -325,3 +325,33 @@ def test_second_derivatives_with_a_carried_memory():
         results.append(torch.autograd.grad(sum(g.pow(2).sum() for g in first), (z, carry)))
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("recurrent_dropout", [0.0, 0.3])
+def test_the_engine_computes_the_same_on_both_routes(recurrent_dropout):
+    """A batch of trees through ``Compiler`` (many rows per call, the executor's sweep), with the
+    fused kernels and with torch ops: the same outputs and parameter gradients."""
+    import numpy as np
+
+    import foldexp.blocks as fb
+    from foldexp import Compiler
+    from foldexp.models.tree_lstm import binary_tree, random_tree, word_leaf
+
+    torch.manual_seed(0)
+    embed = torch.nn.Embedding(50, 8)
+    leaf, cell = TreeLSTMLeaf(8, 16, recurrent_dropout), BinaryTreeLSTMCell(16, recurrent_dropout)
+    model = Compiler(
+        binary_tree(word_leaf(embed, leaf), cell) >> fb.GetItem(0), merge_duplicates=False
+    )
+    rng = np.random.default_rng(0)
+    trees = [random_tree(int(rng.integers(1, 30)), 50, rng) for _ in range(40)]
+    params = [*embed.parameters(), *leaf.parameters(), *cell.parameters()]
+
+    def run(enabled):
+        fused.set_fused_cells_enabled(enabled)
+        torch.manual_seed(1)
+        out = model(trees)
+        return [out, *torch.autograd.grad((out * out.detach().sin()).sum(), params)]
+
+    for a, b in zip(run(True), run(False)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
