@@ -159,3 +159,37 @@ def test_integer_slices_saved_for_backward_survive_later_buffer_writes() -> None
     from foldexp.testing import check_block
 
     check_block(block, [1, 3, 4], expected=[emb.weight[i].detach() for i in (1, 3, 4)])
+
+
+class _RowSum(torch.nn.Module):
+    """Declares (3,) but returns (n, 1): the buffer write broadcasts it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x @ self.w).sum(1, keepdim=True)
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_an_output_of_another_shape_than_declared_fails_alike_either_way(create_graph) -> None:
+    """The sweep's gradients go through autograd's engine entry point, which would sum a
+    broadcast gradient down silently: such outputs take the public call, which names them,
+    with or without ``create_graph``."""
+    from foldexp.types import TensorType
+
+    m = _RowSum()
+    declared = TensorType((3,), torch.float32)
+    model = Compiler(fb.Map(fb.Vector(3) >> fb.Function(m, output_type=declared)) >> fb.Sum())
+    xs = [[[1.0, 2.0, 3.0], [0.5, 0.0, 1.0]], [[2.0, 1.0, 0.0]]]
+    with pytest.raises(RuntimeError, match="Mismatch in shape"):
+        torch.autograd.grad(model(xs).pow(2).sum(), [m.w], create_graph=create_graph)
+
+
+def test_a_second_backward_through_one_execution_is_named(rng) -> None:
+    model = Compiler(tree_lstm_classifier(50, 8, 8, 5))
+    loss = model([random_tree(5, 50, rng)]).sum()
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="backpropagated once"):
+        loss.backward()
