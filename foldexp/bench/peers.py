@@ -68,8 +68,8 @@ def _python(cfg_python: str) -> str:
 
 def peer_cells(bench: Any, env: Env, seed: int, out_dir: Path, device: Any = None) -> list[Cell]:
     """Start, one cell per round (warm-up rounds first), stop. ``device`` (the bench's device
-    config) passes ``onednn``, ``fused_cells`` and ``keep_memory`` on to every peer process
-    alike."""
+    config) passes ``onednn``, ``fused_cells``, ``flush_denormal`` and ``keep_memory`` on to every
+    peer process alike."""
     pc = bench.peers
     _check_peers_config(pc)  # fail before anything runs, not halfway through the grid
     rounds = _PeerRounds(pc, env, seed, out_dir, device)
@@ -156,6 +156,7 @@ class _PeerRounds:
             "keep_memory": bool(getattr(device, "keep_memory", True)),
             "onednn": getattr(device, "onednn", None),
             "fused_cells": getattr(device, "fused_cells", None),
+            "flush_denormal": bool(getattr(device, "flush_denormal", True)),
         }
         if name in PEER_MODULES:
             params["module"] = str(PEER_MODULES[name])

@@ -25,7 +25,12 @@ from foldexp.bench.markdown import render
 from foldexp.bench.results import CSV_NAME, table1_summary, throughput_summary, to_frame
 from foldexp.bench.timing import setup_env
 from foldexp.config import enum_value
-from foldexp.kernels import keep_freed_memory, set_fused_cells_enabled, set_onednn_enabled
+from foldexp.kernels import (
+    flush_denormals,
+    keep_freed_memory,
+    set_fused_cells_enabled,
+    set_onednn_enabled,
+)
 
 __all__ = ["run_bench", "summarize"]
 
@@ -67,6 +72,7 @@ def run_bench(cfg: DictConfig) -> pd.DataFrame:
     env = setup_env(enum_value(cfg.device.name), cfg.device.threads)
     set_onednn_enabled(cfg.device.onednn)
     set_fused_cells_enabled(cfg.device.fused_cells)
+    flush_denormals(cfg.device.flush_denormal)
     if cfg.device.keep_memory:
         keep_freed_memory()
     (out_dir / "bench_config.yaml").write_text(OmegaConf.to_yaml(cfg))

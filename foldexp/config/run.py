@@ -66,6 +66,9 @@ class DeviceConfig:
     fused_cells: bool | None = None
     # glibc keeps freed memory for reuse: no page faults on each step's big tensors
     keep_memory: bool = True
+    # denormal floats (< 1.2e-38) read and written as 0 on torch's CPU threads: they take a slow
+    # path tens of times slower (foldexp/kernels/denormals.py); false keeps IEEE behaviour
+    flush_denormal: bool = True
 
 
 @dataclass

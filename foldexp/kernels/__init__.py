@@ -2,6 +2,7 @@
 updates (``treelstm``, C++ built on first use by ``native``) and memory."""
 
 from foldexp.kernels.deferred import WeightGradients, collecting_weight_gradients
+from foldexp.kernels.denormals import flush_denormals
 from foldexp.kernels.dense import (
     MIN_ROWS,
     Linear,
@@ -25,6 +26,7 @@ __all__ = [
     "padded_rows",
     "MIN_ROWS",
     "keep_freed_memory",
+    "flush_denormals",
     "fused_cells_enabled",
     "set_fused_cells_enabled",
     "WeightGradients",

@@ -1,4 +1,5 @@
-// Tree-LSTM state updates in one pass over their rows, forward and backward.
+// Tree-LSTM state updates in one pass over their rows, forward and backward; and flush-to-zero
+// for torch's OpenMP threads (foldexp/kernels/denormals.py).
 //
 // Built and loaded by foldexp/kernels/native.py (g++ -O3 -march=native -fopenmp, through ctypes);
 // the Python side is foldexp/kernels/treelstm.py. Plain C ABI: float32, contiguous rows.
@@ -22,6 +23,9 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 namespace {
 
@@ -174,7 +178,25 @@ void with_flag(bool flag, F&& f) {
 
 extern "C" {
 
-int foldexp_fused_cells_abi() { return 3; }
+int foldexp_fused_cells_abi() { return 4; }
+
+// Flush-to-zero and denormals-are-zero (MXCSR bits 15 and 6) on every thread of the OpenMP team
+// torch computes on: torch.set_flush_denormal reaches only its calling thread. Returns how many
+// threads took it (0 where the CPU has no such bits).
+int foldexp_set_flush_denormal(int on) {
+  int threads = 0;
+#if defined(__x86_64__) || defined(__i386__)
+#pragma omp parallel reduction(+ : threads)
+  {
+    unsigned csr = _mm_getcsr();
+    _mm_setcsr(on ? (csr | 0x8040u) : (csr & ~0x8040u));
+    threads += 1;
+  }
+#else
+  (void)on;
+#endif
+  return threads;
+}
 
 void binary_forward(int64_t n, int64_t H, const float* z, const float* cl, const float* cr,
                     const float* mask, float* h, float* c) {

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("fused_cells.cpp")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno",
          "-fno-trapping-math")  # fmt: skip
-ABI = 3  # fused_cells.cpp's foldexp_fused_cells_abi(); raise both when a signature changes
+ABI = 4  # fused_cells.cpp's foldexp_fused_cells_abi(); raise both when a signature changes
 BUILD_TIMEOUT_S = 300
 
 _P, _N = ctypes.c_void_p, ctypes.c_int64
@@ -133,6 +133,8 @@ def _open(path: Path) -> ctypes.CDLL:
     for name, args in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, None
+    lib.foldexp_set_flush_denormal.argtypes = [ctypes.c_int]
+    lib.foldexp_set_flush_denormal.restype = ctypes.c_int
     return lib
 
 

@@ -62,7 +62,13 @@ def test_the_thread_choice_reaches_a_run() -> None:
     cpu = torch.device("cpu")
     try:
         cfg = OmegaConf.create(
-            {"onednn": None, "fused_cells": None, "keep_memory": False, "threads": None}
+            {
+                "onednn": None,
+                "fused_cells": None,
+                "flush_denormal": True,
+                "keep_memory": False,
+                "threads": None,
+            }
         )
         governor = _configure_process(cfg, DistContext(), cpu)
         assert torch.get_num_threads() == default_threads()
