@@ -22,6 +22,7 @@ import torch
 from omegaconf import DictConfig
 
 from foldexp.experiments.build import build_dataset, build_model, plain_config
+from foldexp.kernels import flush_denormals
 from foldexp.train.artifacts import read_verified_json, write_json
 from foldexp.train.checkpoint import load_checkpoint, rng_state, set_rng_state
 from foldexp.validate import ConfigError, check_registered
@@ -118,6 +119,10 @@ def load_trained(
     info = decode_info(saved.get("info") or {})
     model = build_model(config["model"], info)
     load_checkpoint(weights, model, restore_rng=False)
+    # predict / eval compute as the run trained: denormals flushed unless it said false (weights
+    # trained elsewhere may hold denormals, which would put every product on the slow path)
+    device = config.get("device")
+    flush_denormals(not (isinstance(device, dict) and device.get("flush_denormal") is False))
     return TrainedRun(folder, model.eval(), config, info)
 
 
