@@ -10,7 +10,8 @@ by default; torch does not.
 
 What changes: a denormal input reads as 0 and a denormal result is written as 0, so a value
 that small is lost: it is 1e-38 below the float32 rounding of any quantity a model computes
-with. ``device.flush_denormal=false`` keeps IEEE behaviour.
+with. ``device.flush_denormal=false`` keeps IEEE behaviour. The mode is the process's: a
+program that calls ``run_train`` keeps it afterwards, as it keeps torch's thread count.
 
 ``torch.set_flush_denormal`` sets the flags of its calling thread only; torch's OpenMP worker
 threads keep theirs (threads started later copy their creator's). The native library
