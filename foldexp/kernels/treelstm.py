@@ -1,14 +1,16 @@
 """Tree-LSTM state updates as one fused CPU kernel each way (``fused_cells.cpp``).
 
 ``binary_state(z, cl, cr, mask)`` is the binary Tree-LSTM's ``c = i ⊙ u + f_l ⊙ c_l + f_r ⊙ c_r``,
-``h = o ⊙ tanh(c)`` from the gates' pre-activations ``z`` (i, f_l, f_r, o, u), ``leaf_state(z,
-mask)`` the leaf's ``c = i ⊙ u``, ``h = o ⊙ tanh(c)`` (i, o, u); ``u = tanh(z_u) ⊙ mask`` where a
-recurrent-dropout mask is given. ``foldexp.models.cells`` calls them wherever ``applicable``
-holds, and torch ops elsewhere.
+``h = o ⊙ tanh(c)`` from the gates' pre-activations ``z`` (i, f_l, f_r, o, u); ``leaf_state(z,
+mask, carry)`` the leaf's ``c = i ⊙ u``, ``h = o ⊙ tanh(c)`` (i, o, u), or with ``carry`` a
+child-sum node's ``c = i ⊙ u + Σ_k f_k ⊙ c_k``; ``u = tanh(z_u) ⊙ mask`` where a
+recurrent-dropout mask is given. ``foldexp.models.cells`` calls them, and they run torch ops
+(``*_ops``) wherever ``applicable`` does not hold.
 
 Why: torch runs the binary update as about 15 kernels forward and 20 backward. At SST's groups
-(about 50 rows of 150) a forward + backward took 215-240 µs in torch ops and 120 µs fused; on the
-peers' largest group (5,476 rows of 128, 2 threads) 9.6 ms against 2.6 ms.
+(47 rows of 150, 1 thread) a forward + backward takes 211 µs in torch ops and 118 µs fused; on
+the peers' largest group (5,476 rows of 128, 2 threads) 9.7 ms against 3.1 ms
+(``benchmarks/fused_cells.py``).
 
 Where: CPU float32 tensors, the kernels built (``native.py``), and the switch on:
 ``set_fused_cells_enabled(None)`` (``device.fused_cells: null``, the default) uses them when they
