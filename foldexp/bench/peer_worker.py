@@ -60,11 +60,11 @@ def _setup(name: str, params: dict, trees: list, labels: list[int]) -> tuple:
 
     torch.set_num_threads(max(1, int(params.get("threads", 1))))
     from foldexp.bench import peer_torch
-    from foldexp.kernels import flush_denormals, set_fused_cells_enabled, set_onednn_enabled
+    from foldexp.kernels import configure_kernels
 
-    set_onednn_enabled(params.get("onednn"))
-    set_fused_cells_enabled(params.get("fused_cells"))
-    flush_denormals(params.get("flush_denormal", True))
+    configure_kernels(
+        params.get("onednn"), params.get("fused_cells"), params.get("flush_denormal", True)
+    )
     step, meta = peer_torch.setup(name, params, trees, labels)
     if governed:
         step = _governed(step)

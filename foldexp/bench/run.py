@@ -25,12 +25,7 @@ from foldexp.bench.markdown import render
 from foldexp.bench.results import CSV_NAME, table1_summary, throughput_summary, to_frame
 from foldexp.bench.timing import setup_env
 from foldexp.config import enum_value
-from foldexp.kernels import (
-    flush_denormals,
-    keep_freed_memory,
-    set_fused_cells_enabled,
-    set_onednn_enabled,
-)
+from foldexp.kernels import configure_kernels, keep_freed_memory
 
 __all__ = ["run_bench", "summarize"]
 
@@ -70,9 +65,7 @@ def run_bench(cfg: DictConfig) -> pd.DataFrame:
     np.random.seed(seed)
     torch.manual_seed(seed)
     env = setup_env(enum_value(cfg.device.name), cfg.device.threads)
-    set_onednn_enabled(cfg.device.onednn)
-    set_fused_cells_enabled(cfg.device.fused_cells)
-    flush_denormals(cfg.device.flush_denormal)
+    configure_kernels(cfg.device.onednn, cfg.device.fused_cells, cfg.device.flush_denormal)
     if cfg.device.keep_memory:
         keep_freed_memory()
     (out_dir / "bench_config.yaml").write_text(OmegaConf.to_yaml(cfg))

@@ -14,6 +14,7 @@ from foldexp.kernels.dense import (
     set_onednn_enabled,
 )
 from foldexp.kernels.memory import keep_freed_memory
+from foldexp.kernels.settings import configure_kernels
 from foldexp.kernels.treelstm import fused_cells_enabled, set_fused_cells_enabled
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "MIN_ROWS",
     "keep_freed_memory",
     "flush_denormals",
+    "configure_kernels",
     "fused_cells_enabled",
     "set_fused_cells_enabled",
     "WeightGradients",

@@ -156,16 +156,35 @@ def _grads_through_ops(
     return [next(grads) if x.requires_grad else None for x in inputs]
 
 
+def _binary_forward(
+    z: torch.Tensor, cl: torch.Tensor, cr: torch.Tensor, mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's forward on checked, contiguous tensors."""
+    n, hidden = cl.shape
+    h, c = z.new_empty((n, hidden)), z.new_empty((n, hidden))
+    load_fused_cells().binary_forward(
+        n, hidden, z.data_ptr(), cl.data_ptr(), cr.data_ptr(), _ptr(mask),
+        h.data_ptr(), c.data_ptr(),
+    )  # fmt: skip
+    return h, c
+
+
+def _leaf_forward(
+    z: torch.Tensor, mask: torch.Tensor | None, carry: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    n, hidden = z.shape[0], z.shape[1] // 3
+    h, c = z.new_empty((n, hidden)), z.new_empty((n, hidden))
+    load_fused_cells().leaf_forward(
+        n, hidden, z.data_ptr(), _ptr(mask), _ptr(carry), h.data_ptr(), c.data_ptr()
+    )
+    return h, c
+
+
 class _BinaryState(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, z: torch.Tensor, cl: torch.Tensor, cr: torch.Tensor, mask: Any) -> Any:
         ctx.set_materialize_grads(False)
-        n, hidden = cl.shape
-        h, c = z.new_empty((n, hidden)), z.new_empty((n, hidden))
-        load_fused_cells().binary_forward(
-            n, hidden, z.data_ptr(), cl.data_ptr(), cr.data_ptr(), _ptr(mask),
-            h.data_ptr(), c.data_ptr(),
-        )  # fmt: skip
+        h, c = _binary_forward(z, cl, cr, mask)
         ctx.save_for_backward(z, cl, cr, mask)
         return h, c
 
@@ -190,11 +209,7 @@ class _LeafState(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, z: torch.Tensor, mask: Any, carry: Any) -> Any:
         ctx.set_materialize_grads(False)
-        n, hidden = z.shape[0], z.shape[1] // 3
-        h, c = z.new_empty((n, hidden)), z.new_empty((n, hidden))
-        load_fused_cells().leaf_forward(
-            n, hidden, z.data_ptr(), _ptr(mask), _ptr(carry), h.data_ptr(), c.data_ptr()
-        )
+        h, c = _leaf_forward(z, mask, carry)
         ctx.save_for_backward(z, mask, carry)
         return h, c
 
@@ -236,12 +251,7 @@ def binary_state(
     z, cl, cr, mask = z.contiguous(), cl.contiguous(), cr.contiguous(), _contiguous(mask)
     if _needs_graph(z, cl, cr):
         return _BinaryState.apply(z, cl, cr, mask)
-    h, c = z.new_empty((n, hidden)), z.new_empty((n, hidden))
-    load_fused_cells().binary_forward(
-        n, hidden, z.data_ptr(), cl.data_ptr(), cr.data_ptr(), _ptr(mask),
-        h.data_ptr(), c.data_ptr(),
-    )  # fmt: skip
-    return h, c
+    return _binary_forward(z, cl, cr, mask)
 
 
 def leaf_state(
@@ -250,16 +260,16 @@ def leaf_state(
     """``(h, c)`` from ``z`` (n, 3H), gates i, o, u: ``c = i ⊙ u (+ carry)``, ``h = o ⊙ tanh(c)``;
     a Tree-LSTM leaf, or with ``carry`` (n, H) a child-sum node (``carry = Σ_k f_k ⊙ c_k``)."""
     n, hidden = z.shape[0], z.shape[-1] // 3
-    fits = carry is None or (applicable(carry) and tuple(carry.shape) == (n, hidden))
-    if not fits or not applicable(z) or not _mask_fits(mask, n, hidden):
+    carried = () if carry is None else (carry,)
+    if (
+        not applicable(z, *carried)
+        or not _mask_fits(mask, n, hidden)
+        or any(tuple(k.shape) != (n, hidden) for k in carried)
+    ):
         return leaf_state_ops(z, mask, carry)
     if z.shape[1] % 3:
         raise ValueError(f"leaf_state: z {tuple(z.shape)} is not (n, 3H)")
     z, mask, carry = z.contiguous(), _contiguous(mask), _contiguous(carry)
-    if _needs_graph(z, *(() if carry is None else (carry,))):
+    if _needs_graph(z, *carried):
         return _LeafState.apply(z, mask, carry)
-    h, c = z.new_empty((n, hidden)), z.new_empty((n, hidden))
-    load_fused_cells().leaf_forward(
-        n, hidden, z.data_ptr(), _ptr(mask), _ptr(carry), h.data_ptr(), c.data_ptr()
-    )
-    return h, c
+    return _leaf_forward(z, mask, carry)

@@ -41,12 +41,7 @@ from omegaconf import DictConfig, OmegaConf
 from foldexp.config import enum_value
 from foldexp.experiments.build import build_dataset, build_model, check_vectors
 from foldexp.governor import ThreadGovernor, governor_for_run
-from foldexp.kernels import (
-    flush_denormals,
-    keep_freed_memory,
-    set_fused_cells_enabled,
-    set_onednn_enabled,
-)
+from foldexp.kernels import configure_kernels, keep_freed_memory
 from foldexp.startup import BUSY_AT_START, default_threads
 from foldexp.train import distributed as dd
 from foldexp.train import launch
@@ -146,12 +141,13 @@ def _configure_process(
 ) -> ThreadGovernor | None:
     """oneDNN, fused cells, the allocator and the thread count, as ``device.*`` asks; with the
     thread count left to foldexp, a single CPU process gets a governor that follows the load."""
-    set_onednn_enabled(device_cfg.onednn)
-    set_fused_cells_enabled(device_cfg.fused_cells)
+    flushing = configure_kernels(
+        device_cfg.onednn, device_cfg.fused_cells, device_cfg.flush_denormal
+    )
+    if device_cfg.flush_denormal and not flushing:
+        log.info("device.flush_denormal: this CPU has no flush-to-zero mode")
     if device_cfg.keep_memory and not keep_freed_memory():
         log.info("device.keep_memory: not glibc, freed memory is managed as usual")
-    if not flush_denormals(device_cfg.flush_denormal) and device_cfg.flush_denormal:
-        log.info("device.flush_denormal: this CPU has no flush-to-zero mode")
     threads = default_threads(device_cfg.threads)
     if device_cfg.threads is None and BUSY_AT_START and ctx.is_main:
         log.info("the machine was busy at start (load >= cores): 1 intra-op thread")
