@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 
 from foldexp.kernels import keep_freed_memory, treelstm
-from foldexp.kernels.native import build_failure, load_fused_cells
+from foldexp.kernels.native import build_failure, load_kernels
 
 
 def _medians_us(cases: dict[str, Callable[[], object]], rounds: int, reps: int) -> dict:
@@ -64,7 +64,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, nargs="+", default=[128, 128, 150, 150])
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
-    if load_fused_cells() is None:
+    if load_kernels() is None:
         raise SystemExit(f"the fused kernels cannot be built here: {build_failure()}")
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as training does: no page faults on each call's new tensors

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from foldexp.kernels import Linear
+from foldexp.kernels import Dropout, Linear
 from foldexp.types import TensorType, TupleType, Type
 
 __all__ = ["FC", "Embedding"]
@@ -45,8 +45,8 @@ class FC(nn.Module):
         self.activation = activation
         self.input_size: int | None = None
         self.linear: Linear | None = None
-        self.in_drop = nn.Dropout(1 - input_keep_prob) if input_keep_prob else None
-        self.out_drop = nn.Dropout(1 - output_keep_prob) if output_keep_prob else None
+        self.in_drop = Dropout(1 - input_keep_prob) if input_keep_prob else None
+        self.out_drop = Dropout(1 - output_keep_prob) if output_keep_prob else None
         self.name = name
 
     def build_for_input_type(self, input_type: Type, block: Any = None) -> None:

@@ -61,8 +61,9 @@ class DeviceConfig:
     # CPU float32 dense layers through oneDNN (foldexp/kernels/dense.py): null = where it pays
     # (not on Intel CPUs, whose MKL is faster); true / false force it
     onednn: bool | None = None
-    # Tree-LSTM state updates as one C++ kernel each way (foldexp/kernels/treelstm.py): null =
-    # where the kernel builds (a C++ compiler; else torch ops); true requires it; false: torch ops
+    # foldexp's C++ kernels: Tree-LSTM state updates (kernels/treelstm.py) and dropout noise drawn
+    # exactly as torch draws it (kernels/dropout_noise.py). null = where they build (a C++
+    # compiler; else torch ops); true requires them; false: torch ops
     fused_cells: bool | None = None
     # glibc keeps freed memory for reuse: no page faults on each step's big tensors
     keep_memory: bool = True

@@ -1,5 +1,5 @@
-"""Below the block layer: faster routes to standard ops (``linear``), fused Tree-LSTM state
-updates (``treelstm``, C++ built on first use by ``native``) and memory."""
+"""Below the block layer: faster routes to standard ops (``linear``, ``dropout``), fused Tree-LSTM
+state updates (``treelstm``; both C++ built on first use by ``native``) and memory."""
 
 from foldexp.kernels.deferred import WeightGradients, collecting_weight_gradients
 from foldexp.kernels.denormals import flush_denormals
@@ -13,6 +13,7 @@ from foldexp.kernels.dense import (
     routed_linears,
     set_onednn_enabled,
 )
+from foldexp.kernels.dropout_noise import Dropout, dropout
 from foldexp.kernels.memory import keep_freed_memory
 from foldexp.kernels.settings import configure_kernels
 from foldexp.kernels.treelstm import fused_cells_enabled, set_fused_cells_enabled
@@ -20,6 +21,8 @@ from foldexp.kernels.treelstm import fused_cells_enabled, set_fused_cells_enable
 __all__ = [
     "Linear",
     "linear",
+    "Dropout",
+    "dropout",
     "onednn_available",
     "onednn_enabled",
     "set_onednn_enabled",

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from foldexp.kernels.native import load_fused_cells
+from foldexp.kernels.native import load_kernels
 
 __all__ = ["flush_denormals"]
 
@@ -32,7 +32,7 @@ def flush_denormals(on: bool) -> bool:
     """Flushes denormals to zero (``on``) or restores IEEE denormals on this thread and torch's
     OpenMP threads; ``False`` where the CPU has no such mode."""
     supported = torch.set_flush_denormal(on)
-    lib = load_fused_cells() if supported else None
+    lib = load_kernels() if supported else None
     if lib is not None:
         lib.foldexp_set_flush_denormal(int(on))
     return supported

@@ -1,6 +1,8 @@
-"""Builds foldexp's C++ kernels (``fused_cells.cpp``) on first use and loads them with ctypes.
+"""Builds foldexp's C++ kernels on first use and loads them with ctypes: the fused Tree-LSTM
+state updates (``fused_cells.cpp``, used by ``treelstm.py``) and dropout noise
+(``dropout_noise.cpp``, used by ``dropout_noise.py``), one library.
 
-The source is compiled for the machine it runs on (``-march=native``, OpenMP), with no torch
+The sources are compiled for the machine it runs on (``-march=native``, OpenMP), with no torch
 headers and no Python binding, in about a second, and the library is kept in a cache folder:
 ``$FOLDEXP_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/foldexp/kernels``, else
 ``~/.cache/foldexp/kernels``. Its file name carries a digest of the source, the flags, the
@@ -9,7 +11,7 @@ compiler's version and this CPU's model and feature flags, so a cache shared bet
 to a temporary file and renamed into place, so processes that build at once (DDP ranks, a sweep)
 never load a half-written file.
 
-Where no compiler works (``$CXX``, else ``g++``, ``c++``, ``clang++``), ``load_fused_cells()``
+Where no compiler works (``$CXX``, else ``g++``, ``c++``, ``clang++``), ``load_kernels()``
 returns ``None`` and ``build_failure()`` says why; the callers then run plain torch ops.
 
 torch is imported before the library is loaded: the library's ``libgomp.so.1`` is then torch's,
@@ -29,16 +31,17 @@ import tempfile
 import threading
 from pathlib import Path
 
-import torch  # noqa: F401  (loaded first: see the module docstring)
+import torch  # (loaded first: see the module docstring)
+from torch.autograd import forward_ad
 
-__all__ = ["load_fused_cells", "build_failure", "kernel_cache_dir"]
+__all__ = ["load_kernels", "build_failure", "kernel_cache_dir", "transforms_active"]
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("fused_cells.cpp")
+SOURCES = tuple(Path(__file__).with_name(n) for n in ("fused_cells.cpp", "dropout_noise.cpp"))
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno",
          "-fno-trapping-math")  # fmt: skip
-ABI = 4  # fused_cells.cpp's foldexp_fused_cells_abi(); raise both when a signature changes
+ABI = 5  # fused_cells.cpp's foldexp_kernels_abi(); raise both when a signature changes
 BUILD_TIMEOUT_S = 300
 
 _P, _N = ctypes.c_void_p, ctypes.c_int64
@@ -47,7 +50,9 @@ _SIGNATURES = {
     "binary_backward": [_N, _N, _P, _P, _P, _P, _P, _P, _P, _P, _P],
     "leaf_forward": [_N, _N, _P, _P, _P, _P, _P],
     "leaf_backward": [_N, _N, _P, _P, _P, _P, _P, _P, _P],
+    "dropout_noise": [_N, ctypes.c_double, _P, _P],
 }
+_RETURNS = {"dropout_noise": ctypes.c_int}
 
 _lock = threading.Lock()
 _loaded: ctypes.CDLL | None = None
@@ -85,11 +90,11 @@ def _library_path(compiler: str) -> Path:
         [compiler, "--version"], capture_output=True, text=True, timeout=30, check=True
     ).stdout
     digest = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), version.encode(),
-                 _cpu_identity().encode()):  # fmt: skip
+    for part in (*(s.read_bytes() for s in SOURCES), " ".join(FLAGS).encode(),
+                 version.encode(), _cpu_identity().encode()):  # fmt: skip
         digest.update(part)
         digest.update(b"\0")
-    return kernel_cache_dir() / f"fused_cells-{digest.hexdigest()[:20]}.so"
+    return kernel_cache_dir() / f"foldexp_kernels-{digest.hexdigest()[:20]}.so"
 
 
 def _private_dir(path: Path) -> Path:
@@ -112,7 +117,7 @@ def _build(compiler: str, target: Path) -> ctypes.CDLL:
     os.close(fd)
     try:
         done = subprocess.run(
-            [compiler, *FLAGS, "-o", tmp, str(SOURCE)],
+            [compiler, *FLAGS, "-o", tmp, *map(str, SOURCES)],
             capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
         )  # fmt: skip
         if done.returncode != 0:
@@ -127,12 +132,12 @@ def _build(compiler: str, target: Path) -> ctypes.CDLL:
 
 def _open(path: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
-    lib.foldexp_fused_cells_abi.restype = ctypes.c_int
-    if lib.foldexp_fused_cells_abi() != ABI:
+    lib.foldexp_kernels_abi.restype = ctypes.c_int
+    if lib.foldexp_kernels_abi() != ABI:
         raise RuntimeError(f"{path} has another ABI than {ABI}")
     for name, args in _SIGNATURES.items():
         fn = getattr(lib, name)
-        fn.argtypes, fn.restype = args, None
+        fn.argtypes, fn.restype = args, _RETURNS.get(name)
     lib.foldexp_set_flush_denormal.argtypes = [ctypes.c_int]
     lib.foldexp_set_flush_denormal.restype = ctypes.c_int
     return lib
@@ -152,8 +157,8 @@ def _load() -> ctypes.CDLL:
     return _build(compiler, path)
 
 
-def load_fused_cells() -> ctypes.CDLL | None:
-    """The fused Tree-LSTM kernels, built on first call; ``None`` where they cannot be built."""
+def load_kernels() -> ctypes.CDLL | None:
+    """The native library, built on first call; ``None`` where it cannot be built."""
     global _loaded, _failure, _tried
     if _tried:
         return _loaded
@@ -163,7 +168,7 @@ def load_fused_cells() -> ctypes.CDLL | None:
                 _loaded = _load()
             except Exception as err:  # noqa: BLE001  (any failure: torch ops serve instead)
                 _failure = f"{type(err).__name__}: {err}"
-                log.info("fused Tree-LSTM kernels unavailable, using torch ops: %s", _failure)
+                log.info("foldexp's C++ kernels unavailable, using torch ops: %s", _failure)
             _tried = True
     return _loaded
 
@@ -180,5 +185,16 @@ if hasattr(os, "register_at_fork"):
 
 
 def build_failure() -> str | None:
-    """Why ``load_fused_cells()`` returned ``None`` (after it was called), else ``None``."""
+    """Why ``load_kernels()`` returned ``None`` (after it was called), else ``None``."""
     return _failure
+
+
+def transforms_active() -> bool:
+    """A tracer, ``torch.func`` transform or forward-mode AD level is active: a kernel would hand
+    them raw pointers or values they cannot follow, so torch ops run instead."""
+    return (
+        torch.jit.is_tracing()
+        or torch.jit.is_scripting()
+        or torch._C._are_functorch_transforms_active()
+        or forward_ad._current_level >= 0
+    )

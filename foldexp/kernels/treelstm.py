@@ -29,9 +29,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.autograd import forward_ad
 
-from foldexp.kernels.native import build_failure, load_fused_cells
+from foldexp.kernels.native import build_failure, load_kernels, transforms_active
 
 __all__ = [
     "binary_state",
@@ -50,7 +49,7 @@ def set_fused_cells_enabled(flag: bool | None) -> None:
     """``None``: fused where the kernels build; ``True``: required (raises if they cannot be
     built); ``False``: torch ops."""
     global _switch
-    if flag and load_fused_cells() is None:
+    if flag and load_kernels() is None:
         raise RuntimeError(
             f"device.fused_cells=true, but the fused Tree-LSTM kernels could not be built: "
             f"{build_failure()}; set device.fused_cells=null to fall back to torch ops"
@@ -59,21 +58,10 @@ def set_fused_cells_enabled(flag: bool | None) -> None:
 
 
 def fused_cells_enabled() -> bool:
-    return _switch is not False and load_fused_cells() is not None
+    return _switch is not False and load_kernels() is not None
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
-
-
-def _transformed() -> bool:
-    """A tracer, ``torch.func`` transform or forward-mode AD level is active: the kernel would
-    hand them raw pointers they cannot follow, so torch ops run instead."""
-    return (
-        torch.jit.is_tracing()
-        or torch.jit.is_scripting()
-        or torch._C._are_functorch_transforms_active()
-        or forward_ad._current_level >= 0
-    )
 
 
 def applicable(*tensors: torch.Tensor) -> bool:
@@ -84,7 +72,7 @@ def applicable(*tensors: torch.Tensor) -> bool:
             return False
         if t.dim() != 2:
             return False
-    return fused_cells_enabled() and not _transformed()
+    return fused_cells_enabled() and not transforms_active()
 
 
 def _mask_fits(mask: torch.Tensor | None, rows: int, hidden: int) -> bool:
@@ -162,7 +150,7 @@ def _binary_forward(
     """The kernel's forward on checked, contiguous tensors."""
     n, hidden = cl.shape
     h, c = z.new_empty((n, hidden)), z.new_empty((n, hidden))
-    load_fused_cells().binary_forward(
+    load_kernels().binary_forward(
         n, hidden, z.data_ptr(), cl.data_ptr(), cr.data_ptr(), _ptr(mask),
         h.data_ptr(), c.data_ptr(),
     )  # fmt: skip
@@ -174,7 +162,7 @@ def _leaf_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     n, hidden = z.shape[0], z.shape[1] // 3
     h, c = z.new_empty((n, hidden)), z.new_empty((n, hidden))
-    load_fused_cells().leaf_forward(
+    load_kernels().leaf_forward(
         n, hidden, z.data_ptr(), _ptr(mask), _ptr(carry), h.data_ptr(), c.data_ptr()
     )
     return h, c
@@ -198,7 +186,7 @@ class _BinaryState(torch.autograd.Function):
         dh, dc = _contiguous(dh), _contiguous(dc)
         dz = torch.empty_like(z)
         dcl, dcr = torch.empty_like(cl), torch.empty_like(cr)
-        load_fused_cells().binary_backward(
+        load_kernels().binary_backward(
             n, hidden, z.data_ptr(), cl.data_ptr(), cr.data_ptr(), _ptr(mask),
             _ptr(dh), _ptr(dc), dz.data_ptr(), dcl.data_ptr(), dcr.data_ptr(),
         )  # fmt: skip
@@ -227,7 +215,7 @@ class _LeafState(torch.autograd.Function):
         dh, dc = _contiguous(dh), _contiguous(dc)
         dz = torch.empty_like(z)
         dcarry = None if carry is None else torch.empty_like(carry)
-        load_fused_cells().leaf_backward(
+        load_kernels().leaf_backward(
             n, hidden, z.data_ptr(), _ptr(mask), _ptr(carry), _ptr(dh), _ptr(dc),
             dz.data_ptr(), _ptr(dcarry),
         )  # fmt: skip

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from foldexp.kernels import Linear
+from foldexp.kernels import Dropout, Linear
 from foldexp.kernels import treelstm as fused
 
 __all__ = [
@@ -48,7 +48,7 @@ def _update_dropout(p: float) -> nn.Module | None:
     """Recurrent dropout of Semeniuta et al. (2016): dropped on the candidate update ``tanh(u)``
     only, so the memory ``c`` carried up the tree is never erased (the Fold paper's §3.5.1).
     ``None`` when off, so per-node loops (the peers bench) pay no extra module call."""
-    return nn.Dropout(p) if p > 0 else None
+    return Dropout(p) if p > 0 else None
 
 
 def _update_mask(dropout: nn.Module | None, z: torch.Tensor, hidden: int) -> torch.Tensor | None:

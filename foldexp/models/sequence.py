@@ -24,7 +24,7 @@ from torch import nn
 import foldexp.blocks as fb
 from foldexp.compiler.schedule import Plan
 from foldexp.executor.compiled import Compiler
-from foldexp.kernels import Linear
+from foldexp.kernels import Dropout, Linear
 from foldexp.models.cells import LSTMCell
 from foldexp.types import TensorType, TupleType
 
@@ -101,12 +101,12 @@ class SequenceLSTMClassifier(nn.Module):
             fb.InputTransform(vocab.index)
             >> fb.Scalar("int64")
             >> fb.Function(embedding)
-            >> fb.Function(nn.Dropout(dropout))
+            >> fb.Function(Dropout(dropout))
         )
         sentence = fb.GetItem(0) >> sentence_lstm(word, embed_size, hidden_size)
         # Examples are immutable and recur every epoch: trace each sentence once.
         self.compiler = Compiler(sentence, cache_traces=True)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.classify = Linear(hidden_size, num_classes)
 
     def collate(self, examples: Sequence[tuple[list[str], int]]) -> SentenceBatch:

@@ -27,7 +27,7 @@ from torch import nn
 import foldexp.blocks as fb
 from foldexp.compiler.schedule import Plan
 from foldexp.executor.compiled import Compiler
-from foldexp.kernels import Linear
+from foldexp.kernels import Dropout, Linear
 from foldexp.models import tree_accuracy
 from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf, WordTreeLSTMCell
 from foldexp.models.contract import TrainingSetup
@@ -177,7 +177,7 @@ class TreeLSTMClassifier(nn.Module):
         shape = TreeShape(embed_size, hidden_size, recurrent_dropout, forget_bias, internal_words)
         # Trees are immutable and recur every epoch: trace each once, re-batch it afterwards.
         self.compiler = Compiler(self._tree_block(word, shape) >> fb.GetItem(0), cache_traces=True)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.classify = Linear(hidden_size, num_classes)
         self.embedding = table
         self.embedding_lr, self.embedding_weight_decay = embedding_lr, embedding_weight_decay
@@ -327,7 +327,7 @@ def _word(vocab: Any, embedding: fb.Embedding, dropout: float) -> fb.Block:
     """A ``Tree`` node → its word's vector, with ``dropout``."""
     index = vocab.index
     word_id = fb.InputTransform(lambda node: index(node.word)) >> fb.Scalar("int64")
-    return word_id >> fb.Function(embedding) >> fb.Function(nn.Dropout(dropout))
+    return word_id >> fb.Function(embedding) >> fb.Function(Dropout(dropout))
 
 
 def record_node(state: fb.Block, tree: fb.Block, soft: Any = None, classes: int = 0) -> fb.Block:

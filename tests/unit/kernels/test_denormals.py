@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from foldexp.kernels import flush_denormals
-from foldexp.kernels.native import load_fused_cells
+from foldexp.kernels.native import load_kernels
 
 
 @pytest.fixture
@@ -19,7 +19,7 @@ def two_threads():
 
 
 @pytest.mark.skipif(not torch.set_flush_denormal(False), reason="no flush-to-zero on this CPU")
-@pytest.mark.skipif(load_fused_cells() is None, reason="no C++ compiler for the native library")
+@pytest.mark.skipif(load_kernels() is None, reason="no C++ compiler for the native library")
 def test_every_thread_flushes_and_restores(two_threads):
     """``torch.set_flush_denormal`` alone reaches the calling thread only: an op split across
     two threads would flush half of its elements."""

@@ -14,7 +14,7 @@ from foldexp.kernels import treelstm as fused
 from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf, binary_state
 
 needs_kernels = pytest.mark.skipif(
-    native.load_fused_cells() is None, reason="no C++ compiler: the fused kernels cannot build"
+    native.load_kernels() is None, reason="no C++ compiler: the fused kernels cannot build"
 )
 pytestmark = needs_kernels
 TOL = dict(rtol=2e-6, atol=2e-6)
@@ -188,7 +188,7 @@ def fresh_build(monkeypatch, tmp_path):
 
 def test_no_compiler_falls_back_and_forcing_it_names_why(fresh_build, monkeypatch):
     monkeypatch.setattr(native, "_compiler", lambda: None)
-    assert native.load_fused_cells() is None
+    assert native.load_kernels() is None
     assert "no C++ compiler" in native.build_failure()
     assert not fused.fused_cells_enabled()
     with pytest.raises(RuntimeError, match="device.fused_cells=true.*no C\\+\\+ compiler"):
@@ -201,8 +201,8 @@ def test_a_damaged_cached_library_is_rebuilt(fresh_build):
     path = native._library_path(native._compiler())
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"not a shared object")
-    lib = native.load_fused_cells()
-    assert lib is not None and lib.foldexp_fused_cells_abi() == native.ABI
+    lib = native.load_kernels()
+    assert lib is not None and lib.foldexp_kernels_abi() == native.ABI
     assert path.stat().st_size > 1000 and not list(fresh_build.glob("*.tmp.so"))
     z, cl, cr = (t.detach() for t in _inputs(5, 8, False))
     torch.testing.assert_close(fused.binary_state(z, cl, cr), _torch_binary(z, cl, cr, None))
@@ -267,14 +267,14 @@ def test_a_foreign_library_in_the_cache_is_replaced_in_this_process(fresh_build,
     with pytest.raises(RuntimeError, match="another ABI"):
         native._load()  # builds a good library, which this fake ABI refuses
     monkeypatch.setattr(native, "ABI", native.ABI - 100)
-    lib = native.load_fused_cells()
-    assert lib is not None and lib.foldexp_fused_cells_abi() == native.ABI
+    lib = native.load_kernels()
+    assert lib is not None and lib.foldexp_kernels_abi() == native.ABI
 
 
 def test_a_cache_others_can_write_is_refused(fresh_build):
     fresh_build.chmod(0o777)
     try:
-        assert native.load_fused_cells() is None
+        assert native.load_kernels() is None
         assert "not a private folder" in native.build_failure()
     finally:
         fresh_build.chmod(0o700)
