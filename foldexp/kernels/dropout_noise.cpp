@@ -81,7 +81,10 @@ int dropout_noise(int64_t n, double keep, float* noise, unsigned char* state) {
   uint64_t next64, word;
   std::memcpy(&g.left, state + kLeftAt, sizeof g.left);
   std::memcpy(&next64, state + kNextAt, sizeof next64);
+  // torch keeps next + left == 625 once it has drawn (left == 1, next == 0 when just seeded);
+  // a state that breaks it would make fill() read past the words: torch's own draw takes it.
   if (g.left < 1 || g.left > kN || next64 > kN) return -1;
+  if (g.left != 1 && next64 + static_cast<uint64_t>(g.left) != kN + 1) return -1;
   g.next = static_cast<uint32_t>(next64);
   for (int i = 0; i < kN; ++i) {
     std::memcpy(&word, state + kStateAt + 8 * i, sizeof word);

@@ -9,20 +9,24 @@ weight and every result stay what they were. ``Dropout`` is ``nn.Dropout`` with 
 (the same module for ``Op.is_random`` and ``state_dict``); foldexp's models and blocks use it.
 
 Where: a contiguous CPU float32 tensor, the library built, ``device.fused_cells`` not ``false``
-(the switch for foldexp's C++ kernels), no tracer or ``torch.func`` transform active, the main
-thread (reading and writing the generator's state is one step no other thread's draw may fall
-into; torch's own draw holds the generator's lock instead), and, checked once per process, this
-torch drawing exactly as the kernel does: a torch whose generator or dropout changes gets its own
-dropout back (``exact_noise_available``). Everywhere else ``F.dropout`` runs.
+(the switch for foldexp's C++ kernels), no tracer, ``torch.compile``, ``torch.func`` transform,
+``__torch_function__`` or dispatch mode active (they see ``F.dropout``), and, checked once per
+process, this torch drawing exactly as the kernel does: a torch whose generator or dropout changes
+gets its own dropout back (``exact_noise_available``). Everywhere else ``F.dropout`` runs.
+
+Threads. torch's own draw holds the generator's lock; this one reads the state, draws, and
+writes the state back. Just before writing it reads the state again: if another thread drew in
+the meantime, the noise is discarded and torch's dropout draws from where that thread left the
+generator. What remains is the instant between that second read and the write: a draw another
+thread makes from the default generator exactly then would repeat numbers this call drew.
 """
 
 from __future__ import annotations
 
-import threading
-
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from foldexp.kernels.native import load_kernels, transforms_active
 from foldexp.kernels.treelstm import fused_cells_enabled
@@ -36,14 +40,17 @@ _exact: bool | None = None  # the probe's answer, once asked
 def _draw_noise(x: torch.Tensor, keep: float) -> torch.Tensor | None:
     """The multipliers (``1/keep`` or 0) that ``torch.dropout`` would draw for ``x`` now, from
     the default generator (advanced as torch advances it); ``None`` if its state is unreadable."""
+    noise = torch.empty_like(x, memory_format=torch.contiguous_format)  # x: CPU float32
     gen = torch.default_generator
-    state = gen.get_state()
-    if state.numel() != _STATE_BYTES:
+    before = gen.get_state()
+    if before.numel() != _STATE_BYTES:
         return None
-    noise = torch.empty_like(x, memory_format=torch.contiguous_format)
-    if load_kernels().dropout_noise(x.numel(), keep, noise.data_ptr(), state.data_ptr()) != 0:
+    after = before.clone()
+    if load_kernels().dropout_noise(noise.numel(), keep, noise.data_ptr(), after.data_ptr()) != 0:
         return None
-    gen.set_state(state)
+    if not torch.equal(gen.get_state(), before):  # another thread drew meanwhile: see the doc
+        return None
+    gen.set_state(after)
     return noise
 
 
@@ -57,7 +64,7 @@ def _reproduces_torch() -> bool:
     it was found."""
     gen = torch.default_generator
     saved = gen.get_state()
-    x = torch.linspace(-1.0, 1.0, 3001)
+    x = torch.linspace(-1.0, 1.0, 3001, dtype=torch.float32, device="cpu")
     try:
         for p in (0.2, 0.5, 0.9):
             gen.set_state(saved)
@@ -93,7 +100,8 @@ def _takes(x: torch.Tensor) -> bool:
         and x.numel() > 0
         and fused_cells_enabled()
         and not transforms_active()
-        and threading.current_thread() is threading.main_thread()
+        and not torch._C._is_torch_function_mode_enabled()
+        and _get_current_dispatch_mode() is None
         and exact_noise_available()
     )
 
@@ -105,7 +113,7 @@ def dropout(
     be (see the module doc); the same values, gradients and generator state either way."""
     if not training or not 0.0 < p < 1.0 or not _takes(x):
         return F.dropout(x, p, training, inplace)
-    noise = _draw_noise(x, 1.0 - p)
+    noise = _draw_noise(x, 1.0 - float(p))  # torch takes p as a double: a float32 p rounds else
     if noise is None:
         return F.dropout(x, p, training, inplace)
     return x.mul_(noise) if inplace else x * noise  # as torch's dropout multiplies
@@ -115,4 +123,6 @@ class Dropout(nn.Dropout):
     """``nn.Dropout`` whose forward is ``dropout``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.jit.is_scripting():  # TorchScript compiles F.dropout, not the kernel's route
+            return F.dropout(x, self.p, self.training, self.inplace)
         return dropout(x, self.p, self.training, self.inplace)

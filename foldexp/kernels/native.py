@@ -190,10 +190,11 @@ def build_failure() -> str | None:
 
 
 def transforms_active() -> bool:
-    """A tracer, ``torch.func`` transform or forward-mode AD level is active: a kernel would hand
-    them raw pointers or values they cannot follow, so torch ops run instead."""
+    """A tracer, ``torch.compile``, ``torch.func`` transform or forward-mode AD level is active: a
+    kernel would hand them raw pointers or values they cannot follow, so torch ops run instead."""
     return (
-        torch.jit.is_tracing()
+        torch.compiler.is_compiling()
+        or torch.jit.is_tracing()
         or torch.jit.is_scripting()
         or torch._C._are_functorch_transforms_active()
         or forward_ad._current_level >= 0

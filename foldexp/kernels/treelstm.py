@@ -51,7 +51,7 @@ def set_fused_cells_enabled(flag: bool | None) -> None:
     global _switch
     if flag and load_kernels() is None:
         raise RuntimeError(
-            f"device.fused_cells=true, but the fused Tree-LSTM kernels could not be built: "
+            f"device.fused_cells=true, but foldexp's C++ kernels could not be built: "
             f"{build_failure()}; set device.fused_cells=null to fall back to torch ops"
         )
     _switch = flag

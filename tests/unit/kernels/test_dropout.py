@@ -4,11 +4,13 @@ it cannot."""
 
 from __future__ import annotations
 
-import threading
+from unittest import mock
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from foldexp.blocks._ops import Op
 from foldexp.kernels import Dropout, dropout, native
@@ -108,7 +110,7 @@ def test_inplace_two_threads_and_the_module():
 
 @pytest.mark.parametrize(
     "case",
-    ["float64", "transposed", "empty", "p=0", "p=1", "eval", "switch off", "thread"],
+    ["float64", "transposed", "empty", "p=0", "p=1", "eval", "switch off", "compiling"],
 )
 def test_where_the_kernel_cannot_run_torchs_dropout_does(case):
     """Each case equals ``F.dropout`` and never reaches the native draw."""
@@ -130,12 +132,9 @@ def test_where_the_kernel_cannot_run_torchs_dropout_does(case):
     real = fast._draw_noise
     fast._draw_noise = lambda *a: called.append(1) or real(*a)
     try:
-        if case == "thread":
-            out = {}
-            worker = threading.Thread(target=lambda: out.update(r=_both(dropout, x, p, **kw)))
-            worker.start()
-            worker.join()
-            got, want, s1, s2 = out["r"]
+        if case == "compiling":
+            with mock.patch("torch.compiler.is_compiling", lambda: True):
+                got, want, s1, s2 = _both(dropout, x, p, **kw)
         else:
             got, want, s1, s2 = _both(dropout, x, p, **kw)
     finally:
@@ -163,3 +162,78 @@ def test_a_torch_that_draws_otherwise_keeps_its_own_dropout(monkeypatch):
     got, want, s1, s2 = _both(dropout, x, 0.5, training=True)
     assert torch.equal(_bits(got), _bits(want)) and torch.equal(s1, s2)
     monkeypatch.setattr(fast, "_exact", None)  # the next caller probes the real kernel again
+
+
+def test_a_float32_rate_is_taken_as_torch_takes_it():
+    """torch reads ``p`` as a double: ``1 - p`` in float32 would move the keep threshold, and a
+    uniform between the two thresholds would be kept by one route and dropped by the other."""
+    p = np.float32(0.1)
+    x = torch.ones(50_000)
+    for rate in (p, torch.tensor(0.1, dtype=torch.float32)):
+        got, want, s1, s2 = _both(dropout, x, rate, training=True)
+        assert torch.equal(_bits(got), _bits(want)) and torch.equal(s1, s2)
+
+
+def test_a_draw_by_another_thread_meanwhile_is_kept(monkeypatch):
+    """The state is read again before it is written: a draw made in between is not undone, and
+    torch's dropout then draws from where that draw left the generator."""
+    real_kernels = native.load_kernels()
+
+    class Meddling:
+        def dropout_noise(self, *args):
+            rc = real_kernels.dropout_noise(*args)
+            torch.rand(3)  # as another thread would, while the kernel ran
+            return rc
+
+    monkeypatch.setattr(fast, "load_kernels", lambda: Meddling())
+    x = torch.randn(1000)
+    start = torch.get_rng_state()
+    got = dropout(x, 0.5)
+    after = torch.get_rng_state()
+    torch.set_rng_state(start)
+    torch.rand(3)
+    want = F.dropout(x, 0.5)
+    assert torch.equal(_bits(got), _bits(want)) and torch.equal(after, torch.get_rng_state())
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch 2.13's jit.script
+def test_modes_scripting_and_other_default_devices():
+    """A ``__torch_function__`` mode sees ``F.dropout``; ``jit.script`` compiles the module; a
+    first call under another default device or dtype still probes on CPU float32."""
+    seen = []
+
+    class Spy(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(200)
+    with Spy():
+        dropout(x, 0.3)
+    assert F.dropout in seen
+    scripted = torch.jit.script(torch.nn.Sequential(Dropout(0.3)))
+    got, want, _, _ = _both(lambda a, p: scripted(a), x, 0.3)
+    assert torch.equal(_bits(got), _bits(want))
+    old = fast._exact
+    fast._exact = None
+    try:
+        with torch.device("meta"):
+            assert fast.exact_noise_available()
+        torch.set_default_dtype(torch.float64)
+        fast._exact = None
+        assert fast.exact_noise_available()
+    finally:
+        torch.set_default_dtype(torch.float32)
+        fast._exact = old
+
+
+def test_a_state_torch_would_read_past_its_words_is_left_to_torch():
+    """``left`` and ``next`` that do not add up to 625 (a hand-made state) are refused by the
+    kernel, state untouched."""
+    state = torch.get_rng_state().clone()
+    state[8:12] = torch.tensor([624], dtype=torch.int32).view(torch.uint8)
+    state[16:24] = torch.tensor([624], dtype=torch.int64).view(torch.uint8)
+    before = state.clone()
+    noise = torch.empty(10)
+    assert native.load_kernels().dropout_noise(10, 0.5, noise.data_ptr(), state.data_ptr()) == -1
+    assert torch.equal(state, before)
