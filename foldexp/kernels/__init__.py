@@ -15,8 +15,8 @@ from foldexp.kernels.dense import (
 )
 from foldexp.kernels.dropout_noise import Dropout, dropout
 from foldexp.kernels.memory import keep_freed_memory
+from foldexp.kernels.native import fused_cells_enabled, set_fused_cells_enabled
 from foldexp.kernels.settings import configure_kernels
-from foldexp.kernels.treelstm import fused_cells_enabled, set_fused_cells_enabled
 
 __all__ = [
     "Linear",

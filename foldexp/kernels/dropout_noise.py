@@ -28,8 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from foldexp.kernels.native import load_kernels, transforms_active
-from foldexp.kernels.treelstm import fused_cells_enabled
+from foldexp.kernels.native import fused_cells_enabled, load_kernels, transforms_active
 
 __all__ = ["Dropout", "dropout", "exact_noise_available"]
 

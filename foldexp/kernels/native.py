@@ -34,7 +34,14 @@ from pathlib import Path
 import torch  # (loaded first: see the module docstring)
 from torch.autograd import forward_ad
 
-__all__ = ["load_kernels", "build_failure", "kernel_cache_dir", "transforms_active"]
+__all__ = [
+    "load_kernels",
+    "build_failure",
+    "kernel_cache_dir",
+    "transforms_active",
+    "set_fused_cells_enabled",
+    "fused_cells_enabled",
+]
 
 log = logging.getLogger(__name__)
 
@@ -199,3 +206,23 @@ def transforms_active() -> bool:
         or torch._C._are_functorch_transforms_active()
         or forward_ad._current_level >= 0
     )
+
+
+_switch: bool | None = None
+
+
+def set_fused_cells_enabled(flag: bool | None) -> None:
+    """The switch for every kernel of this library (``device.fused_cells``, named after the
+    first): ``None``: used where the library builds; ``True``: required (raises if it cannot be
+    built); ``False``: torch ops everywhere."""
+    global _switch
+    if flag and load_kernels() is None:
+        raise RuntimeError(
+            f"device.fused_cells=true, but foldexp's C++ kernels could not be built: "
+            f"{build_failure()}; set device.fused_cells=null to fall back to torch ops"
+        )
+    _switch = flag
+
+
+def fused_cells_enabled() -> bool:
+    return _switch is not False and load_kernels() is not None

@@ -1,16 +1,17 @@
 """The ``device.*`` kernel switches of a process, applied in one call.
 
 ``foldexp train``, ``foldexp bench`` and the bench's peer workers each configure their process
-from the same three settings: the oneDNN route for dense layers (``dense.py``), the fused
-Tree-LSTM cells (``treelstm.py``) and flushing denormal floats (``denormals.py``). The allocator
-setting (``memory.py``) stays apart: a peer worker sets it before torch is imported.
+from the same three settings: the oneDNN route for dense layers (``dense.py``), foldexp's C++
+kernels (``native.py``: fused cells, dropout noise) and flushing denormal floats
+(``denormals.py``). The allocator setting (``memory.py``) stays apart: a peer worker sets it
+before torch is imported.
 """
 
 from __future__ import annotations
 
 from foldexp.kernels.denormals import flush_denormals
 from foldexp.kernels.dense import set_onednn_enabled
-from foldexp.kernels.treelstm import set_fused_cells_enabled
+from foldexp.kernels.native import set_fused_cells_enabled
 
 __all__ = ["configure_kernels"]
 

@@ -30,7 +30,12 @@ from typing import Any
 
 import torch
 
-from foldexp.kernels.native import build_failure, load_kernels, transforms_active
+from foldexp.kernels.native import (
+    fused_cells_enabled,
+    load_kernels,
+    set_fused_cells_enabled,
+    transforms_active,
+)
 
 __all__ = [
     "binary_state",
@@ -41,24 +46,6 @@ __all__ = [
     "set_fused_cells_enabled",
     "fused_cells_enabled",
 ]
-
-_switch: bool | None = None
-
-
-def set_fused_cells_enabled(flag: bool | None) -> None:
-    """``None``: fused where the kernels build; ``True``: required (raises if they cannot be
-    built); ``False``: torch ops."""
-    global _switch
-    if flag and load_kernels() is None:
-        raise RuntimeError(
-            f"device.fused_cells=true, but foldexp's C++ kernels could not be built: "
-            f"{build_failure()}; set device.fused_cells=null to fall back to torch ops"
-        )
-    _switch = flag
-
-
-def fused_cells_enabled() -> bool:
-    return _switch is not False and load_kernels() is not None
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
