@@ -221,7 +221,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
             return DeferredLinear.apply(x, weight, bias, slot, _linear_value)
     if _use_onednn(x, weight):
         return _OneDnnLinear.apply(x, weight, bias)
-    if not torch.is_grad_enabled() and x.dim() == 2 and x.device.type == "cpu":
+    if (
+        not torch.is_grad_enabled()
+        and x.dim() == 2
+        and x.device.type == "cpu"
+        and not torch.is_autocast_enabled("cpu")  # F.linear would compute in autocast's dtype
+    ):
         rows = output_rows.claim(1, (x.shape[0], weight.shape[0]), x)
         if rows is not None:  # an executor's rows for this op's one output (output_rows.py)
             return _linear_into(rows[0], x, weight, bias)

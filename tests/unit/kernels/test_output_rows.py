@@ -178,3 +178,22 @@ def test_an_op_running_a_nested_execution_keeps_its_own_rows(restore_claims):
         copied = model(trees)
     for a, b in zip(claimed, copied):
         assert torch.equal(a, b)
+
+
+def test_linear_claims_only_where_its_value_is_f_linears():
+    layer, x = Linear(4, 3), torch.randn(2, 4)
+    cases = [
+        (torch.no_grad, True),
+        (torch.enable_grad, False),  # a graph's output must be its own tensor
+        (lambda: torch.autocast("cpu", dtype=torch.bfloat16), False),  # computed in bfloat16
+    ]
+    for context, claims in cases:
+        rows = [torch.empty(2, 3)]
+        with torch.no_grad(), context():
+            previous = output_rows.offer(rows)
+            y = layer(x)
+            assert output_rows.withdraw(previous) is claims
+        assert (y is rows[0]) is claims
+        torch.testing.assert_close(
+            y.float(), torch.nn.functional.linear(x, layer.weight, layer.bias), rtol=1e-2, atol=1e-2
+        )
