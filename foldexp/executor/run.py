@@ -3,8 +3,7 @@
 Each tensor type has one preallocated buffer holding every value of that type in the batch
 (constants first, then each group's outputs). A group reads its arguments with one
 ``index_select`` (or a free slice) per type, runs its op once, and copies the results into its
-reserved rows -- without grad, kernels that can write a result straight into its rows do
-(``kernels/output_rows.py``).
+reserved rows.
 
 Gradients. Writing into shared buffers in place is invisible to autograd, so training runs the
 whole depth loop inside one ``torch.autograd.Function``:
@@ -36,12 +35,7 @@ import torch
 
 from foldexp.blocks.internal import Op
 from foldexp.compiler.schedule import Group, Index, Plan
-from foldexp.kernels import (
-    WeightGradients,
-    collecting_weight_gradients,
-    output_rows,
-    routed_linears,
-)
+from foldexp.kernels import WeightGradients, collecting_weight_gradients, routed_linears
 
 __all__ = ["execute"]
 
@@ -108,27 +102,10 @@ def _run_no_grad(plan: Plan, ops: Sequence[Op], device: torch.device) -> list[to
     bufs = _allocate(plan, device)
     with _dense_route(device):
         for g in plan.groups:
-            pieces = [_read(bufs[ga.tid], ga.rows) for ga in g.gathers]
-            rows = [bufs[tid][start:end] for tid, start, end in g.outs]
-            previous = output_rows.offer(rows)
-            try:
-                outs = _call(ops[g.op], g, pieces)
-            finally:
-                claimed = output_rows.withdraw(previous)
-            _write(rows, outs, claimed)
+            outs = _call(ops[g.op], g, [_read(bufs[ga.tid], ga.rows) for ga in g.gathers])
+            for (tid, start, end), out in zip(g.outs, outs):
+                bufs[tid][start:end] = out
     return [o.clone() if o._base is not None else o for o in _outputs(plan, bufs)]
-
-
-def _write(rows: list[torch.Tensor], outs: list[torch.Tensor], claimed: bool) -> None:
-    """Copies a group's outputs into its rows, skipping those a kernel wrote in place. Where a
-    kernel claimed the rows, any other output that is a view (the claimed rows returned in
-    another order, a view of them) is copied out first, so no write overwrites a value still to
-    be read."""
-    if claimed:
-        outs = [o if o is r or o._base is None else o.clone() for r, o in zip(rows, outs)]
-    for r, o in zip(rows, outs):
-        if o is not r:
-            r.copy_(o)
 
 
 class _Sweep:

@@ -52,7 +52,6 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from torch.overrides import TorchFunctionMode
 
-from foldexp.kernels import output_rows
 from foldexp.kernels.deferred import DeferredLinear, accumulate_product, active_collector
 
 __all__ = [
@@ -221,24 +220,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
             return DeferredLinear.apply(x, weight, bias, slot, _linear_value)
     if _use_onednn(x, weight):
         return _OneDnnLinear.apply(x, weight, bias)
-    if (
-        not torch.is_grad_enabled()
-        and x.dim() == 2
-        and x.device.type == "cpu"
-        and not torch.is_autocast_enabled("cpu")  # F.linear would compute in autocast's dtype
-    ):
-        rows = output_rows.claim(1, (x.shape[0], weight.shape[0]), x)
-        if rows is not None:  # an executor's rows for this op's one output (output_rows.py)
-            return _linear_into(rows[0], x, weight, bias)
     return F.linear(x, weight, bias)
-
-
-def _linear_into(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: Any) -> Any:
-    """``F.linear(x, weight, bias)`` written into ``out``: on CPU, ``F.linear`` of a matrix is
-    this very ``addmm``/``mm``, so the values are the same to the bit."""
-    if bias is None:
-        return torch.mm(x, weight.t(), out=out)
-    return torch.addmm(bias, x, weight.t(), out=out)
 
 
 class Linear(nn.Linear):

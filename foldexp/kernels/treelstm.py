@@ -30,7 +30,6 @@ from typing import Any
 
 import torch
 
-from foldexp.kernels import output_rows
 from foldexp.kernels.native import (
     fused_cells_enabled,
     load_kernels,
@@ -132,24 +131,12 @@ def _grads_through_ops(
     return [next(grads) if x.requires_grad else None for x in inputs]
 
 
-def _outputs(n: int, hidden: int, z: torch.Tensor, claim: bool) -> list[torch.Tensor]:
-    """``h`` and ``c`` to write: the executor's offered rows where ``claim`` and they fit
-    (``output_rows``), else new tensors."""
-    rows = output_rows.claim(2, (n, hidden), z) if claim else None
-    return rows if rows is not None else [z.new_empty((n, hidden)), z.new_empty((n, hidden))]
-
-
 def _binary_forward(
-    z: torch.Tensor,
-    cl: torch.Tensor,
-    cr: torch.Tensor,
-    mask: torch.Tensor | None,
-    claim: bool = False,
+    z: torch.Tensor, cl: torch.Tensor, cr: torch.Tensor, mask: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kernel's forward on checked, contiguous tensors; with ``claim``, into the executor's
-    offered rows where they fit (only off autograd's graph)."""
+    """The kernel's forward on checked, contiguous tensors."""
     n, hidden = cl.shape
-    h, c = _outputs(n, hidden, z, claim)
+    h, c = z.new_empty((n, hidden)), z.new_empty((n, hidden))
     load_kernels().binary_forward(
         n, hidden, z.data_ptr(), cl.data_ptr(), cr.data_ptr(), _ptr(mask),
         h.data_ptr(), c.data_ptr(),
@@ -158,10 +145,10 @@ def _binary_forward(
 
 
 def _leaf_forward(
-    z: torch.Tensor, mask: torch.Tensor | None, carry: torch.Tensor | None, claim: bool = False
+    z: torch.Tensor, mask: torch.Tensor | None, carry: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     n, hidden = z.shape[0], z.shape[1] // 3
-    h, c = _outputs(n, hidden, z, claim)
+    h, c = z.new_empty((n, hidden)), z.new_empty((n, hidden))
     load_kernels().leaf_forward(
         n, hidden, z.data_ptr(), _ptr(mask), _ptr(carry), h.data_ptr(), c.data_ptr()
     )
@@ -239,7 +226,7 @@ def binary_state(
     z, cl, cr, mask = z.contiguous(), cl.contiguous(), cr.contiguous(), _contiguous(mask)
     if _needs_graph(z, cl, cr):
         return _BinaryState.apply(z, cl, cr, mask)
-    return _binary_forward(z, cl, cr, mask, claim=True)
+    return _binary_forward(z, cl, cr, mask)
 
 
 def leaf_state(
@@ -260,4 +247,4 @@ def leaf_state(
     z, mask, carry = z.contiguous(), _contiguous(mask), _contiguous(carry)
     if _needs_graph(z, *carried):
         return _LeafState.apply(z, mask, carry)
-    return _leaf_forward(z, mask, carry, claim=True)
+    return _leaf_forward(z, mask, carry)
