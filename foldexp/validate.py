@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -30,6 +30,7 @@ __all__ = [
     "ConfigError",
     "TARGETS",
     "check_config",
+    "check_bool_overrides",
     "check_registered",
     "import_target",
     "plain",
@@ -165,6 +166,34 @@ def _check_user_model(node: Mapping[str, Any]) -> None:
             raise ConfigError(
                 f"model.{key} is not a parameter of {target}; it takes {', '.join(takes)}"
             )
+
+
+def check_bool_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
+    """Refuses a command-line override that gives a boolean key anything but true or false
+    (or null, where the key may be null). OmegaConf reads any integer into a boolean key
+    (``device.keep_memory=2`` would be true) and also ``yes``/``on``/``n``; the schema's
+    meaning is true or false, so anything else fails here, naming the key and the value.
+
+    Raises:
+        ConfigError: the first such override.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf.nodes import BooleanNode
+
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        if override.is_delete() or override.is_sweep_override() or "." not in override.key_or_group:
+            continue
+        parent_key, _, leaf = override.key_or_group.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_key)
+        node = parent._get_node(leaf) if isinstance(parent, DictConfig) else None
+        if not isinstance(node, BooleanNode):
+            continue
+        value = override.value()
+        if isinstance(value, bool) or (value is None and node._is_optional()):
+            continue
+        allowed = "true, false or null" if node._is_optional() else "true or false"
+        raise ConfigError(f"{override.key_or_group}={override.get_value_element_as_str()}; "
+                          f"expected {allowed}")  # fmt: skip
 
 
 def check_config(cfg: DictConfig | Mapping[str, Any]) -> None:

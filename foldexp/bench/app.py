@@ -13,7 +13,8 @@ from omegaconf import DictConfig, open_dict
 
 from foldexp.bench.schema import register_bench_configs
 from foldexp.config import CONF_DIR
-from foldexp.config.hydra_errors import composition_done
+from foldexp.config.hydra_errors import check_command_line, composition_done
+from foldexp.validate import check_bool_overrides
 
 __all__ = ["main", "compose_config"]
 
@@ -23,6 +24,7 @@ register_bench_configs()
 @hydra.main(version_base="1.3", config_path="../conf", config_name="bench")
 def main(cfg: DictConfig) -> None:
     """Runs the configured benchmarks into the Hydra run folder."""
+    check_command_line(cfg)  # what OmegaConf lets through (a boolean key given 2)
     composition_done()  # from here, errors are the run's (foldexp/config/hydra_errors.py)
     from foldexp.bench.run import run_bench
 
@@ -43,6 +45,7 @@ def compose_config(
             config_name="bench", overrides=list(overrides or []), return_hydra_config=True
         )
     HydraConfig.instance().set_config(cfg)
+    check_bool_overrides(cfg, list(overrides or []))
     with open_dict(cfg):
         if output_dir is not None:
             cfg.paths.output_dir = str(output_dir)

@@ -7,6 +7,9 @@ printed by Hydra with advice about its traceback and status 1. The app's task ca
 ``composition_done()`` first thing: from then on the run's own errors are reported as they
 always were (a bug keeps its traceback), and the variable does not reach the run's child
 processes. A user who set ``HYDRA_FULL_ERROR=1`` keeps Hydra's full tracebacks throughout.
+
+Before that, ``check_command_line`` holds the overrides to what OmegaConf lets through: a
+boolean key given ``2`` or ``on`` fails as a wrongly typed override does.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-__all__ = ["composing", "composition_done", "still_composing"]
+__all__ = ["composing", "composition_done", "still_composing", "check_command_line"]
 
 _MARK = "FOLDEXP_COMPOSING"
 _users: str | None = None  # the user's own HYDRA_FULL_ERROR, put back when composition is done
@@ -51,3 +55,19 @@ def composition_done() -> None:
 def still_composing() -> bool:
     """Whether an error now comes from composing the config under ``composing()``."""
     return os.environ.get(_MARK) is not None
+
+
+def check_command_line(cfg: Any) -> None:
+    """Checks what OmegaConf lets through the app's command-line overrides (a boolean key given
+    ``2``: ``validate.check_bool_overrides``), as a composition error of Hydra's, so that the
+    command reports it as it reports a wrongly typed override. Call before
+    ``composition_done()``."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import ConfigCompositionException
+
+    from foldexp.validate import ConfigError, check_bool_overrides
+
+    try:
+        check_bool_overrides(cfg, list(HydraConfig.get().overrides.task))
+    except ConfigError as exc:
+        raise ConfigCompositionException(f"Error merging override {exc}") from None

@@ -17,8 +17,8 @@ import hydra
 from omegaconf import DictConfig, open_dict
 
 from foldexp.config import CONF_DIR, register_configs
-from foldexp.config.hydra_errors import composition_done
-from foldexp.validate import ConfigError, check_config
+from foldexp.config.hydra_errors import check_command_line, composition_done
+from foldexp.validate import ConfigError, check_bool_overrides, check_config
 
 __all__ = ["main", "compose_config", "compose_dataset_config", "report_errors", "user_errors"]
 
@@ -62,6 +62,7 @@ def report_errors(command: str, run: Callable[[], T]) -> T:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     """Trains; returns the selection metric so Hydra sweepers can optimise it."""
+    check_command_line(cfg)  # what OmegaConf lets through (a boolean key given 2)
     composition_done()  # from here, errors are the run's (foldexp/config/hydra_errors.py)
     from foldexp.train.loop import run_train
 
@@ -85,6 +86,7 @@ def compose_config(
             config_name=config_name, overrides=list(overrides or []), return_hydra_config=True
         )
     HydraConfig.instance().set_config(cfg)
+    check_bool_overrides(cfg, list(overrides or []))
     with open_dict(cfg):
         if output_dir is not None:
             cfg.paths.output_dir = str(output_dir)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import re
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,40 @@ def test_a_runs_own_config_error_is_not_taken_for_a_users(
         main(["train", f"hydra.run.dir={tmp_path}"])
     assert exit_.value.code == 1 and seen == [None]
     assert "foldexp train: error" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("device.keep_memory=2", "device.keep_memory=2; expected true or false"),
+        ("trainer.progress=0", "trainer.progress=0; expected true or false"),
+        ("device.fused_cells=on", "device.fused_cells=on; expected true, false or null"),
+        ("device.flush_denormal=yes", "device.flush_denormal=yes; expected true or false"),
+    ],
+)
+def test_a_boolean_key_takes_only_true_or_false(override: str, says: str) -> None:
+    """OmegaConf reads any integer (and yes/on) into a boolean key: ``device.keep_memory=2``
+    composed as true. The command line's overrides are held to the schema's true/false."""
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        compose_config([override])
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [["device.fused_cells=null"], ["device.flush_denormal=False", "device.onednn=true"]],
+)
+def test_true_false_and_null_where_allowed_compose(overrides: list[str]) -> None:
+    compose_config(overrides)
+
+
+@pytest.mark.parametrize("command", ["train", "bench"])
+def test_a_commands_boolean_override_fails_with_status_2(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    from foldexp.cli import main
+
+    assert main([command, "device.keep_memory=2"]) == 2
+    err = capsys.readouterr().err
+    assert f"foldexp {command}: error: " in err
+    assert "device.keep_memory=2; expected true or false" in err
+    assert "HYDRA_FULL_ERROR" not in __import__("os").environ
