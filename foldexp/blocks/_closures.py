@@ -38,7 +38,7 @@ from foldexp.blocks._structure import (
 from foldexp.blocks._tensors import _NUMBER_TYPES, OpBlock, Scalar
 from foldexp.types import TensorType
 
-__all__ = ["trace_fn"]
+__all__ = ["Memo", "closure_class", "trace_fn"]
 
 Fn = Callable[[Any], Any]
 
@@ -59,12 +59,20 @@ def trace_fn(block: Block, tr: Tracer, memo: Memo | None = None, *, fuse: bool =
     must then know those ops: ``collect_ops(root, fuse=True)``).
     """
     memo = Memo(fuse) if memo is None else memo
-    for cls in type(block).__mro__:
-        make = _MAKERS.get(cls)
-        if make is not None and type(block)._trace is cls._trace:
-            return make(block, tr, memo)
+    cls = closure_class(block)
+    if cls is not None:
+        return _MAKERS[cls](block, tr, memo)
     trace = block._trace
     return lambda x: trace(tr, x)
+
+
+def closure_class(block: Block) -> type | None:
+    """The class whose closure traces ``block``: the nearest in its MRO with a closure here
+    whose ``_trace`` the block still has; ``None``: the block is traced by its own ``_trace``."""
+    for cls in type(block).__mro__:
+        if cls in _MAKERS and type(block)._trace is cls._trace:
+            return cls
+    return None
 
 
 def _pipe(b: Pipe, tr: Tracer, memo: Memo) -> Fn:

@@ -13,11 +13,12 @@ outside foldexp should not rely on them.
 from __future__ import annotations
 
 from foldexp.blocks._base import Block, InputError, Pipe, convert_to_block
-from foldexp.blocks._closures import trace_fn
+from foldexp.blocks._closures import Memo, closure_class, trace_fn
 from foldexp.blocks._fusion import FusedOps, fused_blocks
 from foldexp.blocks._ops import Op, structure_builder, structure_flattener
+from foldexp.blocks._recursion import _ForwardRef as ForwardRef
 from foldexp.blocks._steps import run_steps
-from foldexp.blocks._tensors import integer_range
+from foldexp.blocks._tensors import OpBlock, Scalar, integer_range
 
 __all__ = [
     # the block and its errors (also public in foldexp.blocks)
@@ -27,6 +28,11 @@ __all__ = [
     "convert_to_block",
     # tracing: a block over one input → the tensor operations it emits
     "trace_fn",  # the block tree as nested closures, traced once per block (the fast path)
+    "closure_class",  # which closure of ``trace_fn`` traces a block (None: its own ``_trace``)
+    "Memo",  # what one closure build shares (declarations' closures, fusion)
+    "ForwardRef",  # a use of a ForwardDeclaration (recursion)
+    "OpBlock",  # a block running one Op
+    "Scalar",  # a number read from the input
     "run_steps",  # the same trace on an explicit stack, for trees too deep for Python's stack
     # operations: what the schedule groups and the executor calls in batch
     "Op",

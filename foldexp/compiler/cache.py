@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from foldexp.blocks.internal import Block, InputError, Op, run_steps, trace_fn
+from foldexp.blocks.internal import Block, InputError, Op, run_steps
+from foldexp.compiler.native_trace import native_trace_fn
 from foldexp.compiler.trace import Trace, flatten_output
 from foldexp.types import TensorType, Type
 
@@ -133,7 +134,7 @@ class TraceCache:
             return entry
         if self._tracer is None or self._tracer[0] is not block:
             tr = Trace(ops)
-            self._tracer = (block, tr, trace_fn(block, tr, fuse=self.fuse))
+            self._tracer = (block, tr, native_trace_fn(block, tr, fuse=self.fuse))
         _, tr, run = self._tracer
         tr.reset()
         try:

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from foldexp.blocks.internal import Block, InputError, Op, run_steps, structure_flattener, trace_fn
+from foldexp.blocks.internal import Block, InputError, Op, run_steps, structure_flattener
+from foldexp.compiler.native_trace import native_trace_fn
 from foldexp.types import TensorType, Type, VoidType
 
 __all__ = ["Trace", "trace_batch", "flatten_output", "locate_input_error"]
@@ -230,7 +231,7 @@ def trace_batch(
     void = isinstance(output_type, VoidType)
     flatten = None if void else structure_flattener(output_type)
     outs: list[list[int]] = []
-    run = trace_fn(block, tr, fuse=fuse)
+    run = native_trace_fn(block, tr, fuse=fuse)
     values = tr.val_depth
     for k, x in enumerate(inputs):
         tr.current_input = k

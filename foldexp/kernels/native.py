@@ -29,7 +29,9 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import torch  # (loaded first: see the module docstring)
 from torch.autograd import forward_ad
@@ -37,6 +39,8 @@ from torch.autograd import forward_ad
 __all__ = [
     "load_kernels",
     "build_failure",
+    "build_and_open",
+    "native_code_allowed",
     "kernel_cache_dir",
     "transforms_active",
     "set_fused_cells_enabled",
@@ -44,6 +48,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SOURCES = tuple(Path(__file__).with_name(n) for n in ("fused_cells.cpp", "dropout_noise.cpp"))
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno",
@@ -92,16 +97,18 @@ def _cpu_identity() -> str:
     return "\n".join(sorted(set(keep)))
 
 
-def _library_path(compiler: str) -> Path:
+def _library_path(
+    compiler: str, stem: str, sources: Sequence[Path], flags: Sequence[str], identity: str
+) -> Path:
     version = subprocess.run(
         [compiler, "--version"], capture_output=True, text=True, timeout=30, check=True
     ).stdout
     digest = hashlib.sha256()
-    for part in (*(s.read_bytes() for s in SOURCES), " ".join(FLAGS).encode(),
-                 version.encode(), _cpu_identity().encode()):  # fmt: skip
+    for part in (*(s.read_bytes() for s in sources), " ".join(flags).encode(),
+                 version.encode(), _cpu_identity().encode(), identity.encode()):  # fmt: skip
         digest.update(part)
         digest.update(b"\0")
-    return kernel_cache_dir() / f"foldexp_kernels-{digest.hexdigest()[:20]}.so"
+    return kernel_cache_dir() / f"{stem}-{digest.hexdigest()[:20]}.so"
 
 
 def _private_dir(path: Path) -> Path:
@@ -117,19 +124,25 @@ def _private_dir(path: Path) -> Path:
     return path
 
 
-def _build(compiler: str, target: Path) -> ctypes.CDLL:
+def _build(
+    compiler: str,
+    target: Path,
+    sources: Sequence[Path],
+    flags: Sequence[str],
+    opener: Callable[[Path], T],
+) -> T:
     """Compiles to a temporary file, opens it, then renames it into place: ``dlopen`` hands back
     an already loaded library by its path, so a rebuilt file must be opened under a new name."""
     fd, tmp = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp.so", dir=target.parent)
     os.close(fd)
     try:
         done = subprocess.run(
-            [compiler, *FLAGS, "-o", tmp, *map(str, SOURCES)],
+            [compiler, *flags, "-o", tmp, *map(str, sources)],
             capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
         )  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-600:]}")
-        lib = _open(Path(tmp))
+        lib = opener(Path(tmp))
         os.replace(tmp, target)
         return lib
     finally:
@@ -150,18 +163,35 @@ def _open(path: Path) -> ctypes.CDLL:
     return lib
 
 
-def _load() -> ctypes.CDLL:
+def build_and_open(
+    stem: str,
+    sources: Sequence[Path],
+    flags: Sequence[str],
+    opener: Callable[[Path], T],
+    identity: str = "",
+) -> T:
+    """The library built from ``sources`` with ``flags``, from the cache when it is there (see
+    the module docstring), opened with ``opener``; ``identity``: more that the build depends on
+    (headers), in the cached file's digest. Raises where no compiler works."""
     compiler = _compiler()
     if compiler is None:
         raise RuntimeError("no C++ compiler found ($CXX, g++, c++, clang++)")
-    path = _library_path(compiler)
+    path = _library_path(compiler, stem, sources, flags, identity)
     _private_dir(path.parent)
     if path.exists():
         try:
-            return _open(path)
-        except (OSError, AttributeError, RuntimeError) as err:
+            return opener(path)
+        except (OSError, AttributeError, RuntimeError, ImportError) as err:
             log.info("rebuilding %s: %s", path, err)  # damaged or foreign: build it again
-    return _build(compiler, path)
+    return _build(compiler, path, sources, flags, opener)
+
+
+def _kernels_path(compiler: str) -> Path:
+    return _library_path(compiler, "foldexp_kernels", SOURCES, FLAGS, "")
+
+
+def _load() -> ctypes.CDLL:
+    return build_and_open("foldexp_kernels", SOURCES, FLAGS, _open)
 
 
 def load_kernels() -> ctypes.CDLL | None:
@@ -226,3 +256,8 @@ def set_fused_cells_enabled(flag: bool | None) -> None:
 
 def fused_cells_enabled() -> bool:
     return _switch is not False and load_kernels() is not None
+
+
+def native_code_allowed() -> bool:
+    """The switch is not off: foldexp's C++ code (these kernels, native tracing) may serve."""
+    return _switch is not False

@@ -198,7 +198,7 @@ def test_no_compiler_falls_back_and_forcing_it_names_why(fresh_build, monkeypatc
 def test_a_damaged_cached_library_is_rebuilt(fresh_build):
     """A truncated or foreign file where the library should be (never loaded before in this
     process: ``dlopen`` would hand back the loaded one by name) is built again."""
-    path = native._library_path(native._compiler())
+    path = native._kernels_path(native._compiler())
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"not a shared object")
     lib = native.load_kernels()
@@ -261,7 +261,7 @@ def test_tracers_and_transforms_see_torch_ops():
 def test_a_foreign_library_in_the_cache_is_replaced_in_this_process(fresh_build, monkeypatch):
     """A library of another ABI at the cached path is rebuilt, and the rebuilt one is what this
     process loads (``dlopen`` would hand back the old one by its path)."""
-    path = native._library_path(native._compiler())
+    path = native._kernels_path(native._compiler())
     native._private_dir(path.parent)
     monkeypatch.setattr(native, "ABI", native.ABI + 100)
     with pytest.raises(RuntimeError, match="another ABI"):

@@ -1,0 +1,402 @@
+// The tracing closures of ``foldexp/blocks/_closures.py`` for the common blocks, in C++ over
+// CPython's API: one node per block, walked recursively over each input. ``native_trace.py``
+// builds the nodes and owns every object they point to; what it says there holds here.
+//
+// A node does exactly what its Python closure does on the inputs it accepts, appending the same
+// values to the same lists of the ``Trace``. Anything else is handed to a Python callable: a
+// block kind without a node (PY), a payload the fast path does not take (a numpy scalar), and
+// every failure of a key function or an index, so that the block raises its own error. Any
+// other error ends the call with that exception set; the Python wrapper then rolls the input
+// back and traces it again with the Python closures, which behave exactly as they always have.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <vector>
+
+namespace {
+
+enum Kind { PIPE = 0, GETITEM = 1, OP = 2, SCALAR = 3, ALLOF = 4, ONEOF = 5, IDENTITY = 6,
+            PY = 7, REF = 8 };
+
+// Deeper inputs raise RecursionError here, as Python's closures do, and go to the explicit
+// stack of ``run_steps``. Each level of a tree is a handful of nested nodes.
+constexpr int kMaxNesting = 6000;
+
+struct Node {
+    int kind = PY;
+    std::vector<int> kids;        // PIPE, ALLOF: children in order; REF: its target
+    PyObject* key = nullptr;      // GETITEM: the key; ONEOF: the key function
+    Py_ssize_t int_key = 0;       // GETITEM: the key as an integer, if it is one
+    bool has_int_key = false;
+    bool key_is_len = false;      // ONEOF: the key function is ``len``
+    PyObject* cases = nullptr;    // ONEOF: dict key -> node index (int)
+    int pre = -1;                 // ONEOF: the pre block's node, or -1
+    PyObject* py = nullptr;       // PY: the closure; GETITEM/SCALAR/ONEOF: what failures call
+    // OP: the op's lists in the trace, its outputs, its input and output structure
+    PyObject* depths = nullptr;
+    PyObject* firsts = nullptr;
+    PyObject* args = nullptr;
+    Py_ssize_t n_out = 1;
+    Py_ssize_t arity = 1;
+    PyObject* in_spec = nullptr;  // None: the input is one value id; else nested tuples of None
+    PyObject* out_spec = nullptr; // None: one value id; else nested tuples of None
+    // SCALAR: the constant lists of its type
+    PyObject* vids = nullptr;
+    PyObject* payloads = nullptr;
+    bool floating = false;
+};
+
+struct TracerObject {
+    PyObject_HEAD
+    std::vector<Node>* nodes;
+    PyObject* values;  // the trace's ``val_depth``: value id -> depth
+    PyObject* keep;    // the specification the nodes borrow from
+    int root;
+};
+
+PyObject* g_zero = nullptr;
+
+PyObject* eval(TracerObject* t, int index, PyObject* x, int nesting);
+
+bool append_new(PyObject* list, PyObject* item) {  // appends and releases ``item``
+    if (item == nullptr) return false;
+    int rc = PyList_Append(list, item);
+    Py_DECREF(item);
+    return rc == 0;
+}
+
+// A short list kept on the stack: tracing allocates nothing of its own per node.
+template <typename T, int N = 16>
+struct SmallList {
+    T fixed[N];
+    std::vector<T> more;
+    int n = 0;
+    void push(T v) {
+        if (n < N) fixed[n] = v;
+        else more.push_back(v);
+        ++n;
+    }
+    T operator[](int i) const { return i < N ? fixed[i] : more[i - N]; }
+};
+
+// Flattens the value ``x`` of structure ``spec`` into ``out`` (borrowed references, kept alive
+// by ``owned``). False with an exception set when ``x`` does not have that structure.
+bool flatten(PyObject* x, PyObject* spec, SmallList<PyObject*>& out, SmallList<PyObject*>& owned) {
+    if (spec == Py_None) {
+        out.push(x);
+        return true;
+    }
+    PyObject* seq = PySequence_Fast(x, "a traced value of tuple type is not a sequence");
+    if (seq == nullptr) return false;
+    owned.push(seq);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n != PyTuple_GET_SIZE(spec)) {
+        PyErr_SetString(PyExc_ValueError, "a traced value does not have its type's length");
+        return false;
+    }
+    PyObject** items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; ++i)
+        if (!flatten(items[i], PyTuple_GET_ITEM(spec, i), out, owned)) return false;
+    return true;
+}
+
+// The nested tuples of ``spec`` holding consecutive value ids from ``*next``.
+PyObject* build(PyObject* spec, Py_ssize_t* next) {
+    if (spec == Py_None) return PyLong_FromSsize_t((*next)++);
+    Py_ssize_t n = PyTuple_GET_SIZE(spec);
+    PyObject* out = PyTuple_New(n);
+    if (out == nullptr) return nullptr;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* item = build(PyTuple_GET_ITEM(spec, i), next);
+        if (item == nullptr) {
+            Py_DECREF(out);
+            return nullptr;
+        }
+        PyTuple_SET_ITEM(out, i, item);
+    }
+    return out;
+}
+
+// ``Trace.applier``: depth one more than the deepest argument, the op's lists appended, one
+// value per output.
+PyObject* apply_op(TracerObject* t, const Node& node, PyObject* x) {
+    SmallList<PyObject*> flat, owned;
+    bool ok = flatten(x, node.in_spec, flat, owned);
+    PyObject* result = nullptr;
+    if (ok && (Py_ssize_t)flat.n != node.arity) {
+        PyErr_SetString(PyExc_ValueError, "a traced value does not match the op's arity");
+        ok = false;
+    }
+    Py_ssize_t depth = -1;
+    Py_ssize_t n_values = PyList_GET_SIZE(t->values);
+    for (int i = 0; ok && i < flat.n; ++i) {
+        if (!PyLong_CheckExact(flat[i])) {
+            PyErr_SetString(PyExc_TypeError, "a traced value id is not an int");
+            ok = false;
+            break;
+        }
+        Py_ssize_t vid = PyLong_AsSsize_t(flat[i]);
+        if (vid < 0 || vid >= n_values) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "value id out of range");
+            ok = false;
+            break;
+        }
+        Py_ssize_t d = PyLong_AsSsize_t(PyList_GET_ITEM(t->values, vid));
+        if (d == -1 && PyErr_Occurred()) {
+            ok = false;
+            break;
+        }
+        if (d > depth) depth = d;
+    }
+    if (ok && flat.n == 0) {
+        PyErr_SetString(PyExc_ValueError, "an op without inputs");
+        ok = false;
+    }
+    if (ok) {
+        ++depth;
+        PyObject* d = PyLong_FromSsize_t(depth);
+        ok = d != nullptr && PyList_Append(node.depths, d) == 0 &&
+             append_new(node.firsts, PyLong_FromSsize_t(n_values));
+        for (int i = 0; ok && i < flat.n; ++i) ok = PyList_Append(node.args, flat[i]) == 0;
+        for (Py_ssize_t k = 0; ok && k < node.n_out; ++k) ok = PyList_Append(t->values, d) == 0;
+        Py_XDECREF(d);
+        if (ok) {
+            Py_ssize_t next = n_values;
+            result = build(node.out_spec, &next);
+        }
+    }
+    for (int i = 0; i < owned.n; ++i) Py_DECREF(owned[i]);
+    return result;
+}
+
+PyObject* get_item(const Node& node, PyObject* x) {
+    if (node.has_int_key && (PyTuple_CheckExact(x) || PyList_CheckExact(x))) {
+        Py_ssize_t n = PyTuple_CheckExact(x) ? PyTuple_GET_SIZE(x) : PyList_GET_SIZE(x);
+        Py_ssize_t i = node.int_key < 0 ? node.int_key + n : node.int_key;
+        if (i >= 0 && i < n) {
+            PyObject* item = PyTuple_CheckExact(x) ? PyTuple_GET_ITEM(x, i) : PyList_GET_ITEM(x, i);
+            Py_INCREF(item);
+            return item;
+        }
+        return PyObject_CallOneArg(node.py, x);  // out of range: the block's own error
+    }
+    PyObject* item = PyObject_GetItem(x, node.key);
+    if (item == nullptr && (PyErr_ExceptionMatches(PyExc_IndexError) ||
+                            PyErr_ExceptionMatches(PyExc_KeyError) ||
+                            PyErr_ExceptionMatches(PyExc_TypeError))) {
+        PyErr_Clear();
+        return PyObject_CallOneArg(node.py, x);
+    }
+    return item;
+}
+
+PyObject* scalar(TracerObject* t, const Node& node, PyObject* x) {
+    if (!(PyLong_CheckExact(x) || (node.floating && PyFloat_CheckExact(x))))
+        return PyObject_CallOneArg(node.py, x);  // numpy scalars, bools, errors: the closure
+    PyObject* vid = PyLong_FromSsize_t(PyList_GET_SIZE(t->values));
+    if (vid == nullptr) return nullptr;
+    if (PyList_Append(t->values, g_zero) != 0 || PyList_Append(node.vids, vid) != 0 ||
+        PyList_Append(node.payloads, x) != 0) {
+        Py_DECREF(vid);
+        return nullptr;
+    }
+    return vid;
+}
+
+PyObject* one_of(TracerObject* t, const Node& node, PyObject* x, int nesting) {
+    PyObject* key;
+    if (node.key_is_len) {
+        Py_ssize_t n = PyObject_Length(x);
+        key = n < 0 ? nullptr : PyLong_FromSsize_t(n);
+    } else {
+        key = PyObject_CallOneArg(node.key, x);
+    }
+    PyObject* found = nullptr;
+    if (key != nullptr) {
+        found = PyDict_GetItemWithError(node.cases, key);  // borrowed
+        Py_DECREF(key);
+    }
+    if (found == nullptr) {
+        if (PyErr_Occurred()) {
+            if (PyErr_ExceptionMatches(PyExc_RecursionError) ||
+                !PyErr_ExceptionMatches(PyExc_Exception))
+                return nullptr;
+            PyErr_Clear();
+        }
+        return PyObject_CallOneArg(node.py, x);  // ``b._trace``: raises the block's own error
+    }
+    int case_index = (int)PyLong_AsLong(found);
+    if (node.pre < 0) return eval(t, case_index, x, nesting);
+    PyObject* y = eval(t, node.pre, x, nesting);
+    if (y == nullptr) return nullptr;
+    PyObject* out = eval(t, case_index, y, nesting);
+    Py_DECREF(y);
+    return out;
+}
+
+PyObject* eval(TracerObject* t, int index, PyObject* x, int nesting) {
+    if (++nesting > kMaxNesting) {
+        PyErr_SetString(PyExc_RecursionError, "input too deep for foldexp's native tracing");
+        return nullptr;
+    }
+    const Node& node = (*t->nodes)[index];
+    switch (node.kind) {
+        case PIPE: {
+            Py_INCREF(x);
+            for (int kid : node.kids) {
+                PyObject* y = eval(t, kid, x, nesting);
+                Py_DECREF(x);
+                if (y == nullptr) return nullptr;
+                x = y;
+            }
+            return x;
+        }
+        case GETITEM:
+            return get_item(node, x);
+        case OP:
+            return apply_op(t, node, x);
+        case SCALAR:
+            return scalar(t, node, x);
+        case ALLOF: {
+            Py_ssize_t n = (Py_ssize_t)node.kids.size();
+            PyObject* out = PyTuple_New(n);
+            if (out == nullptr) return nullptr;
+            for (Py_ssize_t i = 0; i < n; ++i) {
+                PyObject* y = eval(t, node.kids[i], x, nesting);
+                if (y == nullptr) {
+                    Py_DECREF(out);
+                    return nullptr;
+                }
+                PyTuple_SET_ITEM(out, i, y);
+            }
+            return out;
+        }
+        case ONEOF:
+            return one_of(t, node, x, nesting);
+        case IDENTITY:
+            Py_INCREF(x);
+            return x;
+        case REF:
+            return eval(t, node.kids[0], x, nesting);
+        default:
+            return PyObject_CallOneArg(node.py, x);
+    }
+}
+
+// ---- the Python type: Tracer(spec, values, root), called with one input ----------------------
+
+PyObject* as_object(PyObject* item) { return item == Py_None ? nullptr : item; }
+
+bool parse_node(PyObject* spec, Node& node) {
+    // (kind, kids, key, cases, pre, py, depths, firsts, args, n_out, in_spec, out_spec,
+    //  vids, payloads, floating)
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 15) {
+        PyErr_SetString(PyExc_TypeError, "a node is a tuple of 15 fields");
+        return false;
+    }
+    auto field = [&](int i) { return PyTuple_GET_ITEM(spec, i); };
+    node.kind = (int)PyLong_AsLong(field(0));
+    PyObject* kids = field(1);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kids); ++i)
+        node.kids.push_back((int)PyLong_AsLong(PyTuple_GET_ITEM(kids, i)));
+    node.key = field(2);
+    if (node.kind == GETITEM && PyLong_CheckExact(node.key)) {
+        node.int_key = PyLong_AsSsize_t(node.key);
+        node.has_int_key = !PyErr_Occurred();
+        PyErr_Clear();
+    }
+    node.key_is_len = node.kind == ONEOF && node.key == PyDict_GetItemString(PyEval_GetBuiltins(), "len");
+    node.cases = as_object(field(3));
+    node.pre = (int)PyLong_AsLong(field(4));
+    node.py = as_object(field(5));
+    node.depths = as_object(field(6));
+    node.firsts = as_object(field(7));
+    node.args = as_object(field(8));
+    node.n_out = PyLong_AsSsize_t(field(9));
+    node.in_spec = field(10);
+    node.out_spec = field(11);
+    node.vids = as_object(field(12));
+    node.payloads = as_object(field(13));
+    node.floating = PyObject_IsTrue(field(14)) == 1;
+    if (node.kind == OP) {  // the arity: the leaves of the input structure
+        PyObject* probe = node.in_spec;
+        std::vector<PyObject*> stack{probe};
+        node.arity = 0;
+        while (!stack.empty()) {
+            PyObject* s = stack.back();
+            stack.pop_back();
+            if (s == Py_None) { ++node.arity; continue; }
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(s); ++i) stack.push_back(PyTuple_GET_ITEM(s, i));
+        }
+    }
+    return !PyErr_Occurred();
+}
+
+int tracer_init(TracerObject* self, PyObject* args, PyObject* kwargs) {
+    PyObject *spec, *values;
+    int root;
+    if (!PyArg_ParseTuple(args, "O!O!i", &PyList_Type, &spec, &PyList_Type, &values, &root))
+        return -1;
+    auto* nodes = new std::vector<Node>(PyList_GET_SIZE(spec));
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(spec); ++i) {
+        if (!parse_node(PyList_GET_ITEM(spec, i), (*nodes)[i])) {
+            delete nodes;
+            return -1;
+        }
+    }
+    if (root < 0 || root >= (int)nodes->size()) {
+        delete nodes;
+        PyErr_SetString(PyExc_ValueError, "root out of range");
+        return -1;
+    }
+    delete self->nodes;
+    self->nodes = nodes;
+    Py_INCREF(spec);
+    Py_INCREF(values);
+    Py_XSETREF(self->keep, spec);
+    Py_XSETREF(self->values, values);
+    self->root = root;
+    return 0;
+}
+
+PyObject* tracer_call(TracerObject* self, PyObject* args, PyObject* kwargs) {
+    PyObject* x;
+    if (self->nodes == nullptr || !PyArg_ParseTuple(args, "O", &x)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "tracer not initialised");
+        return nullptr;
+    }
+    return eval(self, self->root, x, 0);
+}
+
+void tracer_dealloc(TracerObject* self) {
+    delete self->nodes;
+    Py_XDECREF(self->keep);
+    Py_XDECREF(self->values);
+    Py_TYPE(self)->tp_free((PyObject*)self);
+}
+
+PyTypeObject TracerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "foldexp_native_trace",
+                          "foldexp's tracing closures in C++ (see native_trace.py)", -1};
+
+}  // namespace
+
+extern "C" PyMODINIT_FUNC PyInit_foldexp_native_trace(void) {
+    TracerType.tp_name = "foldexp_native_trace.Tracer";
+    TracerType.tp_basicsize = sizeof(TracerObject);
+    TracerType.tp_flags = Py_TPFLAGS_DEFAULT;
+    TracerType.tp_new = PyType_GenericNew;
+    TracerType.tp_init = (initproc)tracer_init;
+    TracerType.tp_call = (ternaryfunc)tracer_call;
+    TracerType.tp_dealloc = (destructor)tracer_dealloc;
+    if (PyType_Ready(&TracerType) < 0) return nullptr;
+    g_zero = PyLong_FromLong(0);
+    PyObject* m = PyModule_Create(&module_def);
+    if (m == nullptr) return nullptr;
+    Py_INCREF(&TracerType);
+    if (PyModule_AddObject(m, "Tracer", (PyObject*)&TracerType) < 0) return nullptr;
+    PyModule_AddIntConstant(m, "ABI", 1);
+    return m;
+}

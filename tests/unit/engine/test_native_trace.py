@@ -1,0 +1,187 @@
+"""Native tracing (``compiler/native_trace.py``) records exactly what the Python closures record,
+value by value, and fails with the same errors; inputs it cannot walk go to Python."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import foldexp.blocks as fb
+import foldexp.kernels.native as native
+from foldexp import Compiler
+from foldexp.compiler import native_trace
+from foldexp.compiler.native_trace import native_trace_fn, native_tracing_available
+from foldexp.compiler.trace import Trace, trace_batch
+from foldexp.data.calculator import calculator_splits
+from foldexp.data.vocab import Vocabulary
+from foldexp.models.tree_lstm import TreeLSTMClassifier, random_tree, tree_lstm_classifier
+
+pytestmark = pytest.mark.skipif(
+    not native_tracing_available(), reason="native tracing needs a C++ compiler and Python.h"
+)
+
+
+@pytest.fixture
+def python_tracing(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A function switching native code off (``device.fused_cells=false``) for the test."""
+    return lambda: monkeypatch.setattr(native, "_switch", False)
+
+
+def _recorded(tr: Trace, out: np.ndarray) -> dict[str, Any]:
+    payloads = [[(type(p), np.asarray(p).tolist()) for p in ps] for ps in tr.const_payloads]
+    return {
+        "depths": list(tr.val_depth),
+        "ops": (tr.op_depth, tr.op_first, tr.op_args),
+        "constants": (tr.types, tr.const_vids, payloads),
+        "metrics": tr.metrics,
+        "out": out.tolist(),
+    }
+
+
+def _both(
+    compiler: Compiler, inputs: list[Any], fuse: bool, off: Any, fallbacks: int = 0
+) -> tuple[dict, dict]:
+    """The records of native and of Python tracing; the native walk must have finished every
+    input but ``fallbacks`` itself (a fallback would hide a wrong native walk)."""
+    rollbacks = []
+    rollback = Trace.rollback
+    Trace.rollback = lambda tr, n: (rollbacks.append(n), rollback(tr, n))[1]  # type: ignore
+    try:
+        batch = trace_batch(compiler.root, compiler.ops, inputs, compiler.output_type, fuse)
+    finally:
+        Trace.rollback = rollback  # type: ignore[method-assign]
+    fast = _recorded(*batch)
+    # the deep input is rolled back twice: after the native walk, after the Python closures
+    assert len(rollbacks) == 2 * fallbacks
+    off()
+    slow = _recorded(*trace_batch(compiler.root, compiler.ops, inputs, compiler.output_type, fuse))
+    return fast, slow
+
+
+def _trees() -> tuple[Compiler, list[Any]]:
+    rng = np.random.default_rng(1)
+    trees = [random_tree(int(n), 20, rng) for n in rng.integers(1, 40, size=30)]
+    return Compiler(tree_lstm_classifier(20, 4, 6, 3)), trees
+
+
+def _labelled_trees() -> tuple[Compiler, list[Any]]:
+    train, _, _ = calculator_splits(25, max_depth=5, seed=3)
+    model = TreeLSTMClassifier(Vocabulary.from_trees(train), 10, 4, 5, internal_words=True)
+    return model.compiler, train
+
+
+def _sequences() -> tuple[Compiler, list[Any]]:
+    block = fb.Map(fb.Vector(2)) >> fb.Fold(fb.Concat() >> fb.FC(2), fb.Zeros(2))
+    return Compiler(block), [[[1.0, 2.0]] * n for n in range(5)]
+
+
+def _odd_payloads() -> tuple[Compiler, list[Any]]:
+    # numpy scalars, bools and floats into Scalar, negative and dict keys, lists for tuples,
+    # a pre block, a three-way AllOf, Identity, a nested tuple op output
+    pair = fb.AllOf(fb.GetItem(-1) >> fb.Scalar(), fb.GetItem(0) >> fb.Scalar(), fb.Identity())
+    block = fb.Record({"a": fb.Scalar("int64"), "b": fb.Scalar()}) >> fb.AllOf(
+        fb.GetItem(0) >> fb.Function(lambda x: (x, (x, x))),
+        fb.GetItem(1),
+    )
+    inputs = [{"a": 3, "b": 2.5}, {"a": np.int64(4), "b": True}, {"a": True, "b": np.float32(1)}]
+    keyed = fb.OneOf(lambda x: x["k"], {0: fb.Scalar(), 1: fb.Zeros(())},
+                     pre_block=fb.GetItem("v"))  # fmt: skip
+    listed = fb.InputTransform(list) >> fb.AllOf(
+        fb.GetItem(0) >> fb.Scalar(), pair >> fb.GetItem(0), fb.GetItem(1) >> fb.Scalar()
+    )
+    return Compiler(
+        fb.AllOf(
+            fb.GetItem(0) >> block,
+            fb.GetItem(1) >> keyed,
+            fb.GetItem(2) >> listed,
+        ),
+        input_type=None,
+    ), [(inputs[k % 3], {"k": k % 2, "v": float(k)}, (k, k + 1.0)) for k in range(7)]
+
+
+def _metrics() -> tuple[Compiler, list[Any]]:
+    pair = fb.AllOf(fb.GetItem(0) >> fb.Scalar(), fb.GetItem(1) >> fb.Scalar())
+    block = pair >> fb.Function(torch.add) >> fb.Metric("m")
+    return Compiler(block, input_type=None), [(k, 2.0 * k) for k in range(4)]
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+@pytest.mark.parametrize("case", [_trees, _labelled_trees, _sequences, _odd_payloads, _metrics])
+def test_native_records_what_python_records(case: Any, fuse: bool, python_tracing: Any) -> None:
+    compiler, inputs = case()
+    fast, slow = _both(compiler, inputs, fuse, python_tracing)
+    assert fast == slow
+
+
+def test_the_native_walk_serves_trees_without_python_fallbacks() -> None:
+    compiler, trees = _trees()
+    tr = Trace(compiler.ops)
+    run = native_trace_fn(compiler.root, tr)
+    outs = [run(t) for t in trees]
+    assert isinstance(run, native_trace._NativeRun) and run.fallbacks == 0
+    assert len(outs) == len(trees) and tr.num_values > 2 * len(trees)
+
+
+def test_an_input_deeper_than_the_native_limit_is_traced_by_python_then_run_steps(
+    python_tracing: Any,
+) -> None:
+    chain: tuple = (1,)
+    for k in range(2500):  # ~10,000 nested nodes: past the native limit and Python's stack
+        chain = (chain, (k % 20,))
+    compiler = Compiler(tree_lstm_classifier(20, 4, 6, 3))
+    inputs = [chain, random_tree(5, 20, np.random.default_rng(0))]
+    fast, slow = _both(compiler, inputs, False, python_tracing, fallbacks=1)
+    assert fast == slow
+
+
+@pytest.mark.parametrize(
+    ("block", "bad", "message"),
+    [
+        (fb.GetItem(1) >> fb.Scalar(), [(3,)], r"at input\[0\] in GetItem\(1\): cannot take item"),
+        (fb.GetItem("k") >> fb.Scalar(), [{"j": 1}], r"GetItem\('k'\): cannot take item"),
+        (fb.Scalar("int64"), [1, 2.5], r"at input\[1\] in Scalar\('int64'\): expected an integer"),
+        (fb.Scalar(), [1, "x"], r"at input\[1\] in Scalar"),
+        (
+            fb.OneOf(len, {1: fb.GetItem(0) >> fb.Scalar()}),
+            [(1,), (1, 2)],
+            r"at input\[1\].*key 2 matches no case; cases are \[1\]",
+        ),
+        (fb.OneOf(len, {1: fb.GetItem(0) >> fb.Scalar()}), [(1,), 5], r"at input\[1\] in OneOf"),
+        (
+            fb.OneOf(lambda x: 1 / x, {1.0: fb.Scalar()}),
+            [1, 0],
+            r"at input\[1\] in OneOf",
+        ),
+    ],
+)
+def test_native_errors_are_the_blocks_errors(block: fb.Block, bad: list[Any], message: str) -> None:
+    compiler = Compiler(block, input_type=None)
+    with pytest.raises(fb.InputError, match=message):
+        compiler.build(bad)
+
+
+def test_a_batch_after_a_failed_input_traces_from_a_clean_trace() -> None:
+    tree = fb.ForwardDeclaration(name="t")
+    pair = fb.AllOf(fb.GetItem(0) >> tree(), fb.GetItem(1) >> tree()) >> fb.Function(torch.add)
+    leaf = fb.GetItem(0) >> fb.Scalar() >> fb.Function(lambda x: x.unsqueeze(1) * 2)
+    tree.resolve_to(fb.OneOf(len, {1: leaf, 2: pair}))
+    compiler = Compiler(tree(), input_type=None)
+    # a tree whose deep leaf holds a string: the walk has recorded much before it fails there
+    bad = (((1.0,), ((2.0,), ("x",))), (3.0,))
+    with pytest.raises(
+        fb.InputError, match=r"at input\[1\] in Scalar\('float32'\): expected a number"
+    ):
+        compiler.build([((1.0,), (2.0,)), bad])
+    good = [((1.0,), (2.0,)), ((4.0,), ((5.0,), (6.0,)))]
+    expected = torch.tensor([[6.0], [30.0]])
+    torch.testing.assert_close(compiler(good), expected)
+
+
+def test_the_switch_off_traces_with_python_closures(python_tracing: Any) -> None:
+    python_tracing()
+    compiler, _ = _trees()
+    assert not isinstance(native_trace_fn(compiler.root, Trace(compiler.ops)),
+                          native_trace._NativeRun)  # fmt: skip
