@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from foldexp.compiler.native_trace import int64_array
+
 if TYPE_CHECKING:
     from foldexp.compiler.cache import BatchTrace
     from foldexp.compiler.trace import Trace
@@ -34,7 +36,7 @@ def agenda_levels(trace: Trace | BatchTrace) -> list[np.ndarray]:
     n = int(starts[-1])
     inv_op = np.repeat(np.arange(len(counts)), counts)
     depth = np.concatenate(
-        [np.asarray(trace.op_depth[i], dtype=np.int64) for i in range(len(counts))] or [[]]
+        [int64_array(trace.op_depth[i]) for i in range(len(counts))] or [[]]
     ).astype(np.float64)
     producer = np.full(trace.num_values, -1, dtype=np.int64)  # value id → invocation
     consumers, producers = [], []
@@ -42,13 +44,13 @@ def agenda_levels(trace: Trace | BatchTrace) -> list[np.ndarray]:
         if not counts[i]:
             continue
         inv = np.arange(starts[i], starts[i + 1])
-        first = np.asarray(trace.op_first[i], dtype=np.int64)
+        first = int64_array(trace.op_first[i])
         for k in range(op.n_out):
             producer[first + k] = inv
     for i, op in enumerate(trace.ops):
         if not counts[i]:
             continue
-        args = np.asarray(trace.op_args[i], dtype=np.int64).reshape(counts[i], len(op.in_types))
+        args = int64_array(trace.op_args[i]).reshape(counts[i], len(op.in_types))
         consumers.append(np.repeat(np.arange(starts[i], starts[i + 1]), args.shape[1]))
         producers.append(producer[args.reshape(-1)])
     consumer = np.concatenate(consumers) if consumers else np.zeros(0, np.int64)

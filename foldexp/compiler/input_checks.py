@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from foldexp.blocks.internal import Op
+from foldexp.compiler.native_trace import exact_int64
 from foldexp.types import TensorType
 
 __all__ = ["InvalidInput", "check_ids", "check_range", "scalar_array"]
@@ -26,6 +27,9 @@ class InvalidInput(ValueError):
 
 def scalar_array(payloads: list[Any]) -> np.ndarray | None:
     """Scalar constants as one numpy array (``None`` if numpy cannot make one)."""
+    ints = exact_int64(payloads)  # ids read from the inputs, typically
+    if ints is not None:
+        return ints
     try:
         return np.asarray(payloads)
     except (TypeError, ValueError, RuntimeError):  # e.g. tensors on a GPU

@@ -378,8 +378,41 @@ void tracer_dealloc(TracerObject* self) {
 
 PyTypeObject TracerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
+// fill_int64(values, out): the Python ints of the list ``values`` into ``out``, a writable
+// contiguous buffer of as many int64. The scheduler's ``np.asarray`` on a trace's lists
+// guesses a dtype item by item first; here every item must be an exact int (else TypeError,
+// and the caller asks numpy).
+PyObject* fill_int64(PyObject* self, PyObject* args) {
+    PyObject *values, *out;
+    if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &values, &out)) return nullptr;
+    Py_buffer view;
+    if (PyObject_GetBuffer(out, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) return nullptr;
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    bool ok = view.len == n * (Py_ssize_t)sizeof(long long);
+    if (!ok) PyErr_SetString(PyExc_ValueError, "the buffer does not hold as many int64");
+    auto* dst = static_cast<long long*>(view.buf);
+    for (Py_ssize_t i = 0; ok && i < n; ++i) {
+        PyObject* item = PyList_GET_ITEM(values, i);
+        if (!PyLong_CheckExact(item)) {
+            PyErr_SetString(PyExc_TypeError, "not an int");
+            ok = false;
+            break;
+        }
+        dst[i] = PyLong_AsLongLong(item);
+        if (dst[i] == -1 && PyErr_Occurred()) ok = false;
+    }
+    PyBuffer_Release(&view);
+    if (!ok) return nullptr;
+    Py_RETURN_NONE;
+}
+
+PyMethodDef module_methods[] = {
+    {"fill_int64", fill_int64, METH_VARARGS, "the ints of a list into an int64 buffer"},
+    {nullptr, nullptr, 0, nullptr}};
+
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "foldexp_native_trace",
-                          "foldexp's tracing closures in C++ (see native_trace.py)", -1};
+                          "foldexp's tracing closures in C++ (see native_trace.py)", -1,
+                          module_methods};
 
 }  // namespace
 

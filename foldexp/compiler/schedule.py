@@ -20,6 +20,7 @@ from foldexp.blocks.internal import integer_range
 from foldexp.compiler.agenda import agenda_levels
 from foldexp.compiler.input_checks import InvalidInput, check_ids, check_range, scalar_array
 from foldexp.compiler.merge import distinct_rows, distinct_scalars
+from foldexp.compiler.native_trace import int64_array
 from foldexp.compiler.trace import Trace
 
 if TYPE_CHECKING:
@@ -266,7 +267,7 @@ def schedule(
 def _place_constants(trace: Trace | BatchTrace, lay: _Layout) -> None:
     """Rows for every constant, per type; equal scalar constants share a row when merging."""
     for tid, t in enumerate(list(trace.types)):
-        vids = np.asarray(trace.const_vids[tid], dtype=np.int64)
+        vids = int64_array(trace.const_vids[tid])
         lay.val_tid[vids] = tid
         payloads = trace.const_payloads[tid]
         limits = integer_range(t.dtype) if not t.shape and len(vids) else None
@@ -306,11 +307,11 @@ def _bucket_by_depth(
         out_tids.append([trace.type_id(t) for t in op.out_types])
         if len(trace.op_depth[i]) == 0:
             continue
-        depth = steps[i] if steps is not None else np.asarray(trace.op_depth[i], np.int64)
+        depth = steps[i] if steps is not None else int64_array(trace.op_depth[i])
         if steps is None:
             max_depth = max(max_depth, int(depth.max()))
-        first = np.asarray(trace.op_first[i], dtype=np.int64)
-        args = np.asarray(trace.op_args[i], dtype=np.int64).reshape(len(depth), len(op.in_types))
+        first = int64_array(trace.op_first[i])
+        args = int64_array(trace.op_args[i]).reshape(len(depth), len(op.in_types))
         if op.id_limit is not None:
             tid = trace.type_ids.get(op.in_types[0], -1)
             check_ids(op, args[:, 0], lay.row, lay.row_values.get(tid))
@@ -372,7 +373,7 @@ def _outputs_and_metrics(
         outputs.append((int(lay.val_tid[vids[0]]), _as_index(lay.row[vids])))
     metrics = {}
     for name, (inputs, vids_list) in trace.metrics.items():
-        vids = np.asarray(vids_list, dtype=np.int64)
+        vids = int64_array(vids_list)
         metrics[name] = (
             int(lay.val_tid[vids[0]]),
             _as_index(lay.row[vids]),

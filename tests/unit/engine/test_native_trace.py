@@ -185,3 +185,25 @@ def test_the_switch_off_traces_with_python_closures(python_tracing: Any) -> None
     compiler, _ = _trees()
     assert not isinstance(native_trace_fn(compiler.root, Trace(compiler.ops)),
                           native_trace._NativeRun)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("values", "native"),
+    [
+        (list(range(-300, 300)), True),
+        ([2**63 - 1] * 300, True),
+        ([2**63] * 300, False),  # numpy makes uint64 of it: numpy decides
+        ([1] * 299 + [True], False),
+        ([1] * 299 + [2.0], False),
+        ([1] * 299 + [np.int64(2)], False),
+        ([1] * 10, False),  # short lists: numpy
+    ],
+)
+def test_exact_int64_is_numpys_array_of_exact_ints_only(values: list, native: bool) -> None:
+    trace_batch(*(lambda c: (c.root, c.ops, [(1,)], c.output_type))(_trees()[0]))  # loads it
+    out = native_trace.exact_int64(values)
+    assert (out is not None) == native
+    if native:
+        assert out.dtype == np.int64 and out.tolist() == np.asarray(values).tolist()
+    if not isinstance(values[-1], float) and values[0] < 2**63:
+        assert native_trace.int64_array(values).tolist() == [int(v) for v in values]
