@@ -345,14 +345,36 @@ int tracer_init(TracerObject* self, PyObject* args, PyObject* kwargs) {
             return -1;
         }
     }
-    if (root < 0 || root >= (int)nodes->size()) {
+    // Every index a walk follows must name a node: a wrong one would read past the list.
+    int n = (int)nodes->size();
+    auto in_range = [n](long i) { return i >= 0 && i < n; };
+    bool ok = in_range(root);
+    for (const Node& node : *nodes) {
+        for (int kid : node.kids) ok = ok && in_range(kid);
+        ok = ok && (node.kind != ONEOF || node.pre == -1 || in_range(node.pre));
+        if (node.kind == ONEOF && node.cases != nullptr && PyDict_Check(node.cases)) {
+            Py_ssize_t pos = 0;
+            PyObject *k, *v;
+            while (ok && PyDict_Next(node.cases, &pos, &k, &v))
+                ok = PyLong_CheckExact(v) && in_range(PyLong_AsLong(v));
+        } else if (node.kind == ONEOF) {
+            ok = false;
+        }
+        ok = ok && (node.kind != REF || node.kids.size() == 1);
+        ok = ok && (node.kind != OP || (node.depths && node.firsts && node.args));
+        ok = ok && (node.kind != SCALAR || (node.vids && node.payloads && node.py));
+        bool calls_python = node.kind == PY || node.kind == GETITEM || node.kind == ONEOF;
+        ok = ok && (!calls_python || node.py != nullptr);
+    }
+    if (!ok) {
         delete nodes;
-        PyErr_SetString(PyExc_ValueError, "root out of range");
+        PyErr_SetString(PyExc_ValueError, "an inconsistent node list");
         return -1;
     }
     delete self->nodes;
     self->nodes = nodes;
-    Py_INCREF(spec);
+    spec = PyList_AsTuple(spec);  // the nodes borrow from it: a copy nobody can change
+    if (spec == nullptr) return -1;
     Py_INCREF(values);
     Py_XSETREF(self->keep, spec);
     Py_XSETREF(self->values, values);

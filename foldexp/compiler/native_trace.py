@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import sys
 import sysconfig
 import threading
@@ -85,6 +86,8 @@ def _load() -> ModuleType | None:
         if not _tried:
             include = sysconfig.get_paths()["include"]
             flags = ("-O2", "-std=c++17", "-fPIC", "-shared", f"-I{include}")
+            if sys.platform == "darwin":  # Python's symbols come from the process
+                flags += ("-undefined", "dynamic_lookup")
             try:
                 if not Path(include, "Python.h").exists():
                     raise RuntimeError(f"no Python.h in {include}")
@@ -93,6 +96,15 @@ def _load() -> ModuleType | None:
                 log.info("native tracing unavailable, tracing in Python: %s", err)
             _tried = True
     return _module
+
+
+def _after_fork_in_child() -> None:
+    global _lock  # a fork taken mid-build leaves the child a lock nobody will release
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def native_tracing_available() -> bool:

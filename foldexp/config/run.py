@@ -61,9 +61,10 @@ class DeviceConfig:
     # CPU float32 dense layers through oneDNN (foldexp/kernels/dense.py): null = where it pays
     # (not on Intel CPUs, whose MKL is faster); true / false force it
     onednn: bool | None = None
-    # foldexp's C++ kernels: Tree-LSTM state updates (kernels/treelstm.py) and dropout noise drawn
-    # exactly as torch draws it (kernels/dropout_noise.py). null = where they build (a C++
-    # compiler; else torch ops); true requires them; false: torch ops
+    # foldexp's C++ code: Tree-LSTM state updates (kernels/treelstm.py), dropout noise drawn
+    # exactly as torch draws it (kernels/dropout_noise.py), tracing of the common blocks
+    # (compiler/native_trace.py). null = where it builds (a C++ compiler, and Python's headers
+    # for the tracing; else torch ops, Python tracing); true requires the kernels; false: none
     fused_cells: bool | None = None
     # glibc keeps freed memory for reuse: no page faults on each step's big tensors
     keep_memory: bool = True

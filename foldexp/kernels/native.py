@@ -13,6 +13,8 @@ never load a half-written file.
 
 Where no compiler works (``$CXX``, else ``g++``, ``c++``, ``clang++``), ``load_kernels()``
 returns ``None`` and ``build_failure()`` says why; the callers then run plain torch ops.
+``build_and_open`` builds and caches the same way for other native code (the compiler's
+tracing, ``compiler/native_trace.py``), which follows this library's switch.
 
 torch is imported before the library is loaded: the library's ``libgomp.so.1`` is then torch's,
 so its loops run on torch's OpenMP threads and follow ``torch.set_num_threads``.
