@@ -122,10 +122,10 @@ def _op_block(b: OpBlock, tr: Tracer, memo: Memo) -> Fn:
         if b._single:
             return lambda x: apply(op, flatten(x))[0]
         return lambda x: build(apply(op, flatten(x)))
-    if b._single and len(op.in_types) == 1:
+    one_input = isinstance(op.input_type, TensorType)
+    if b._single and one_input:  # (not a 1-tuple input, whose value is a tuple)
         return applier(op, single=True)  # vid -> vid, no lists
     run = applier(op)
-    one_input = isinstance(op.input_type, TensorType)
     if b._single:
         return lambda x: run(flatten(x))[0]
     if build is tuple and op.n_out > 1:  # a flat tuple out: the applier's tuple is the value

@@ -20,8 +20,9 @@ enum Kind { PIPE = 0, GETITEM = 1, OP = 2, SCALAR = 3, ALLOF = 4, ONEOF = 5, IDE
             PY = 7, REF = 8 };
 
 // Deeper inputs raise RecursionError here, as Python's closures do, and go to the explicit
-// stack of ``run_steps``. Each level of a tree is a handful of nested nodes.
-constexpr int kMaxNesting = 6000;
+// stack of ``run_steps``. Each level of a tree is a handful of nested nodes, each about 80 bytes
+// of C stack: 2,000 stay far inside a thread's stack even where it is small (256 KB).
+constexpr int kMaxNesting = 2000;
 
 struct Node {
     int kind = PY;
@@ -80,24 +81,35 @@ struct SmallList {
     T operator[](int i) const { return i < N ? fixed[i] : more[i - N]; }
 };
 
-// Flattens the value ``x`` of structure ``spec`` into ``out`` (borrowed references, kept alive
-// by ``owned``). False with an exception set when ``x`` does not have that structure.
+// Flattens the value ``x`` of structure ``spec`` into ``out``: borrowed references, owned by
+// the tuples in ``owned`` (a list is copied into one first, so that Python code run further down
+// -- another item's conversion -- cannot free what ``out`` points to). Only exact tuples and
+// lists are walked; anything else (and a length that differs from the type's) is an error, and
+// the Python closures then flatten the input as they do.
 bool flatten(PyObject* x, PyObject* spec, SmallList<PyObject*>& out, SmallList<PyObject*>& owned) {
     if (spec == Py_None) {
         out.push(x);
         return true;
     }
-    PyObject* seq = PySequence_Fast(x, "a traced value of tuple type is not a sequence");
-    if (seq == nullptr) return false;
+    PyObject* seq;
+    if (PyTuple_CheckExact(x)) {
+        Py_INCREF(x);
+        seq = x;
+    } else if (PyList_CheckExact(x)) {
+        seq = PyList_AsTuple(x);
+        if (seq == nullptr) return false;
+    } else {
+        PyErr_SetString(PyExc_TypeError, "a traced value of tuple type is not a tuple or list");
+        return false;
+    }
     owned.push(seq);
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     if (n != PyTuple_GET_SIZE(spec)) {
         PyErr_SetString(PyExc_ValueError, "a traced value does not have its type's length");
         return false;
     }
-    PyObject** items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < n; ++i)
-        if (!flatten(items[i], PyTuple_GET_ITEM(spec, i), out, owned)) return false;
+        if (!flatten(PyTuple_GET_ITEM(seq, i), PyTuple_GET_ITEM(spec, i), out, owned)) return false;
     return true;
 }
 
@@ -382,6 +394,22 @@ int tracer_init(TracerObject* self, PyObject* args, PyObject* kwargs) {
     return 0;
 }
 
+// The nodes hold key functions and closures, which may hold the model that holds this tracer
+// (a OneOf keyed by a bound method): the collector must see those references to free a cycle.
+int tracer_traverse(TracerObject* self, visitproc visit, void* arg) {
+    Py_VISIT(self->keep);
+    Py_VISIT(self->values);
+    return 0;
+}
+
+int tracer_clear(TracerObject* self) {
+    delete self->nodes;  // they borrow from ``keep``
+    self->nodes = nullptr;
+    Py_CLEAR(self->keep);
+    Py_CLEAR(self->values);
+    return 0;
+}
+
 PyObject* tracer_call(TracerObject* self, PyObject* args, PyObject* kwargs) {
     PyObject* x;
     if (self->nodes == nullptr || !PyArg_ParseTuple(args, "O", &x)) {
@@ -392,9 +420,8 @@ PyObject* tracer_call(TracerObject* self, PyObject* args, PyObject* kwargs) {
 }
 
 void tracer_dealloc(TracerObject* self) {
-    delete self->nodes;
-    Py_XDECREF(self->keep);
-    Py_XDECREF(self->values);
+    PyObject_GC_UnTrack(self);
+    tracer_clear(self);
     Py_TYPE(self)->tp_free((PyObject*)self);
 }
 
@@ -441,7 +468,10 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "foldexp_native_trace",
 extern "C" PyMODINIT_FUNC PyInit_foldexp_native_trace(void) {
     TracerType.tp_name = "foldexp_native_trace.Tracer";
     TracerType.tp_basicsize = sizeof(TracerObject);
-    TracerType.tp_flags = Py_TPFLAGS_DEFAULT;
+    TracerType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
+    TracerType.tp_traverse = (traverseproc)tracer_traverse;
+    TracerType.tp_clear = (inquiry)tracer_clear;
+    TracerType.tp_free = PyObject_GC_Del;
     TracerType.tp_new = PyType_GenericNew;
     TracerType.tp_init = (initproc)tracer_init;
     TracerType.tp_call = (ternaryfunc)tracer_call;
@@ -452,6 +482,6 @@ extern "C" PyMODINIT_FUNC PyInit_foldexp_native_trace(void) {
     if (m == nullptr) return nullptr;
     Py_INCREF(&TracerType);
     if (PyModule_AddObject(m, "Tracer", (PyObject*)&TracerType) < 0) return nullptr;
-    PyModule_AddIntConstant(m, "ABI", 1);
+    PyModule_AddIntConstant(m, "ABI", 2);
     return m;
 }

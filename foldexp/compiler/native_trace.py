@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("native_trace.cpp")
 _MODULE = "foldexp_native_trace"  # the name of its PyInit function
-_ABI = 1
+_ABI = 2
 PIPE, GETITEM, OP, SCALAR, ALLOF, ONEOF, IDENTITY, PY, REF = range(9)
 
 _lock = threading.Lock()
@@ -196,8 +196,8 @@ class _Graph:
 
     def one_of(self, b: OneOf) -> int:
         tr, trace = self.tr, b._trace
-        pre = self.node(b.pre_block) if b.pre_block is not None else -1
-        cases = {k: self.node(c) for k, c in b.cases.items()}
+        cases = {k: self.node(c) for k, c in b.cases.items()}  # before ``pre``, as the closures
+        pre = self.node(b.pre_block) if b.pre_block is not None else -1  # (types' order)
         return self.add(ONEOF, key=b.key_fn, cases=cases, pre=pre, py=lambda x: trace(tr, x))
 
     def identity(self, b: Identity) -> int:
@@ -252,8 +252,9 @@ class _NativeRun:
         try:
             return self.native(x)
         except Exception:  # noqa: BLE001  (anything the walk could not finish: Python's turn)
-            self.tr.rollback(start)
-            self.fallbacks += 1
-            if self.closures is None:
-                self.closures = trace_fn(self.block, self.tr, fuse=self.fuse)
-            return self.closures(x)
+            pass  # outside the handler, the block's own error carries no native context
+        self.tr.rollback(start)
+        self.fallbacks += 1
+        if self.closures is None:
+            self.closures = trace_fn(self.block, self.tr, fuse=self.fuse)
+        return self.closures(x)

@@ -3,6 +3,9 @@ value by value, and fails with the same errors; inputs it cannot walk go to Pyth
 
 from __future__ import annotations
 
+import gc
+import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -18,6 +21,7 @@ from foldexp.compiler.trace import Trace, trace_batch
 from foldexp.data.calculator import calculator_splits
 from foldexp.data.vocab import Vocabulary
 from foldexp.models.tree_lstm import TreeLSTMClassifier, random_tree, tree_lstm_classifier
+from foldexp.types import TensorType, TupleType
 
 pytestmark = pytest.mark.skipif(
     not native_tracing_available(), reason="native tracing needs a C++ compiler and Python.h"
@@ -207,3 +211,105 @@ def test_exact_int64_is_numpys_array_of_exact_ints_only(values: list, native: bo
         assert out.dtype == np.int64 and out.tolist() == np.asarray(values).tolist()
     if not isinstance(values[-1], float) and values[0] < 2**63:
         assert native_trace.int64_array(values).tolist() == [int(v) for v in values]
+
+
+# ---- found by review: each failed before its fix ----------------------------------------------
+T = TensorType((), torch.float32)
+PAIRS = TupleType(TupleType(T, T), TupleType(T, T))
+
+
+class _Pairs(fb.Block):
+    """A user block on traced values whose first item, iterated, empties the list holding it."""
+
+    def __init__(self) -> None:
+        super().__init__(PAIRS, PAIRS)
+
+    def _infer(self, t: Any) -> Any:
+        return PAIRS
+
+    def _trace(self, tr: Any, x: Any) -> Any:
+        out: list[Any] = []
+
+        class First:
+            def __iter__(self) -> Any:
+                out.clear()
+                return iter(x[0])
+
+        out += [First(), tuple(x[1])]
+        return out
+
+
+def _scalars(n: int) -> list[fb.Block]:
+    return [fb.GetItem(k) >> fb.Scalar() for k in range(n)]
+
+
+def test_values_freed_by_user_code_during_the_walk_are_not_read(python_tracing: Any) -> None:
+    s = _scalars(4)
+    block = fb.AllOf(fb.AllOf(s[0], s[1]), fb.AllOf(s[2], s[3])) >> _Pairs()
+    compiler = Compiler(block >> fb.Function(lambda a, b: a[0] + b[1]), input_type=None)
+    errors = []
+    for switch_off in (lambda: None, python_tracing):
+        switch_off()
+        with pytest.raises(IndexError) as e:  # the closures' flatten meets the emptied list
+            compiler([(1.0, 2.0, 3.0, 4.0)])  # (the native walk read freed memory here)
+        errors.append(str(e.value))
+    assert errors[0] == errors[1]
+
+
+def test_a_model_referenced_by_its_own_blocks_is_freed() -> None:
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            block = fb.OneOf(self.kind, {0: fb.Scalar(), 1: fb.Zeros(())})
+            self.compiler = Compiler(block, input_type=None, cache_traces=True)
+
+        def kind(self, x: Any) -> int:
+            return int(x is None)
+
+    model = Model()
+    model.compiler([1.0, None])
+    alive = weakref.ref(model)
+    del model
+    gc.collect()
+    assert alive() is None
+
+
+def test_an_input_error_carries_no_trace_of_the_native_walk() -> None:
+    compiler = Compiler(fb.GetItem(0) >> fb.Scalar("int64"), input_type=None)
+    with pytest.raises(fb.InputError) as e:
+        compiler.build([(1,), ("x",)])
+    assert e.value.__context__ is None
+
+
+def test_a_one_of_with_a_pre_block_registers_types_in_the_closures_order(
+    python_tracing: Any,
+) -> None:
+    block = fb.OneOf(
+        lambda x: 0,
+        {0: fb.AllOf(fb.GetItem(0), fb.GetItem(1) >> fb.Scalar("int64"))},
+        pre_block=fb.AllOf(fb.GetItem(0) >> fb.Scalar("float32"), fb.GetItem(1)),
+    )
+    fast, slow = _both(Compiler(block, input_type=None), [(1.0, 2)], False, python_tracing)
+    assert fast == slow
+
+
+def test_an_op_on_a_one_tuple_traces_alike(python_tracing: Any) -> None:
+    compiler = Compiler(fb.AllOf(fb.Scalar()) >> fb.Function(lambda t: t * 2), input_type=None)
+    fast, slow = _both(compiler, [1.0, 2.0], False, python_tracing)
+    assert fast == slow
+
+
+def test_a_deep_input_in_a_thread_with_a_small_stack() -> None:
+    chain: tuple = (1,)
+    for k in range(1400):
+        chain = (chain, (k % 20,))
+    compiler = Compiler(tree_lstm_classifier(20, 4, 6, 3))
+    shapes = []
+    threading.stack_size(256 * 1024)
+    try:
+        worker = threading.Thread(target=lambda: shapes.append(compiler([chain]).shape))
+        worker.start()
+        worker.join()
+    finally:
+        threading.stack_size(0)
+    assert shapes == [torch.Size([1, 3])]
