@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from foldexp.compiler.native_trace import distinct_int64_rows
+
 __all__ = ["distinct_rows", "distinct_scalars"]
 
 _LIMIT = 1 << 62  # combined keys stay below this (int64)
@@ -31,6 +33,9 @@ def distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     (per row: the index into ``keep`` of its distinct row) and ``repeated`` (per row: whether it
     occurs more than once).
     """
+    found = distinct_int64_rows(rows)  # the same, by hashing, where native code serves
+    if found is not None:
+        return found
     key = rows[:, 0]
     for j in range(1, rows.shape[1]):
         col = rows[:, j]
@@ -57,6 +62,15 @@ def distinct_scalars(
     values = np.asarray(payloads)
     if values.dtype == object or values.ndim != 1:
         return None
+    found = distinct_int64_rows(values.reshape(-1, 1)) if values.dtype == np.int64 else None
+    if found is not None:  # distinct in order of first occurrence: sorted, as np.unique's
+        first, slot, repeated = found
+        if len(first) == len(values):
+            return None
+        order = np.argsort(values[first], kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        return values[first][order], rank[slot], repeated
     uniq, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
     if len(uniq) == len(values):
         return None

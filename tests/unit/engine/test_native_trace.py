@@ -15,7 +15,7 @@ import torch
 import foldexp.blocks as fb
 import foldexp.kernels.native as native
 from foldexp import Compiler
-from foldexp.compiler import native_trace
+from foldexp.compiler import merge, native_trace
 from foldexp.compiler.native_trace import native_trace_fn, native_tracing_available
 from foldexp.compiler.trace import Trace, trace_batch
 from foldexp.data.calculator import calculator_splits
@@ -313,3 +313,23 @@ def test_a_deep_input_in_a_thread_with_a_small_stack() -> None:
     finally:
         threading.stack_size(0)
     assert shapes == [torch.Size([1, 3])]
+
+
+@pytest.mark.parametrize("width", [1, 2, 4])
+@pytest.mark.parametrize("high", [3, 50, 2**62])
+def test_distinct_rows_by_hashing_equal_numpys(width: int, high: int, python_tracing: Any) -> None:
+    trace_batch(*(lambda c: (c.root, c.ops, [(1,)], c.output_type))(_trees()[0]))  # loads it
+    rng = np.random.default_rng(width * 7 + high % 1000)
+    rows = rng.integers(0, high, size=(3000, width))  # row numbers: never negative
+    rows[100:400] = rows[:300]  # repeats at any range
+    values = rows[:, 0].copy()
+    hashed = native_trace.distinct_int64_rows(rows)
+    assert hashed is not None
+    scalars = merge.distinct_scalars(values)
+    python_tracing()
+    assert native_trace.distinct_int64_rows(rows) is None
+    for got, want in zip(hashed, merge.distinct_rows(rows)):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(scalars, merge.distinct_scalars(values)):  # type: ignore[arg-type]
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
