@@ -32,6 +32,7 @@ struct Node {
     Py_ssize_t int_key = 0;       // GETITEM: the key as an integer, if it is one
     bool has_int_key = false;
     bool key_is_len = false;      // ONEOF: the key function is ``len``
+    std::vector<int> by_len;      // ONEOF keyed by ``len`` on small exact ints: length -> case
     PyObject* cases = nullptr;    // ONEOF: dict key -> node index (int)
     int pre = -1;                 // ONEOF: the pre block's node, or -1
     PyObject* py = nullptr;       // PY: the closure; GETITEM/SCALAR/ONEOF: what failures call
@@ -219,6 +220,25 @@ PyObject* scalar(TracerObject* t, const Node& node, PyObject* x) {
 
 PyObject* one_of(TracerObject* t, const Node& node, PyObject* x, int nesting) {
     PyObject* key;
+    if (!node.by_len.empty()) {  // the dict's answer, without making the key
+        Py_ssize_t n = PyObject_Length(x);
+        int case_index = n >= 0 && n < (Py_ssize_t)node.by_len.size() ? node.by_len[n] : -1;
+        if (case_index >= 0) {
+            if (node.pre < 0) return eval(t, case_index, x, nesting);
+            PyObject* y = eval(t, node.pre, x, nesting);
+            if (y == nullptr) return nullptr;
+            PyObject* out = eval(t, case_index, y, nesting);
+            Py_DECREF(y);
+            return out;
+        }
+        if (n < 0) {
+            if (PyErr_ExceptionMatches(PyExc_RecursionError) ||
+                !PyErr_ExceptionMatches(PyExc_Exception))
+                return nullptr;
+            PyErr_Clear();
+        }
+        return PyObject_CallOneArg(node.py, x);  // no such case: the block's own error
+    }
     if (node.key_is_len) {
         Py_ssize_t n = PyObject_Length(x);
         key = n < 0 ? nullptr : PyLong_FromSsize_t(n);
@@ -321,6 +341,21 @@ bool parse_node(PyObject* spec, Node& node) {
     }
     node.key_is_len = node.kind == ONEOF && node.key == PyDict_GetItemString(PyEval_GetBuiltins(), "len");
     node.cases = as_object(field(3));
+    if (node.key_is_len && node.cases != nullptr && PyDict_Check(node.cases)) {
+        // Only when every key is an exact int below 64: then looking a length up in the dict
+        // and in this table agree (a key True or 1.0 would equal 1 in the dict).
+        std::vector<int> table(64, -1);
+        bool small = true;
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (small && PyDict_Next(node.cases, &pos, &k, &v)) {
+            long key = PyLong_CheckExact(k) ? PyLong_AsLong(k) : -1;
+            small = key >= 0 && key < 64 && PyLong_CheckExact(v);
+            if (small) table[key] = (int)PyLong_AsLong(v);
+        }
+        PyErr_Clear();
+        if (small) node.by_len = table;
+    }
     node.pre = (int)PyLong_AsLong(field(4));
     node.py = as_object(field(5));
     node.depths = as_object(field(6));

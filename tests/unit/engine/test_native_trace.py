@@ -333,3 +333,12 @@ def test_distinct_rows_by_hashing_equal_numpys(width: int, high: int, python_tra
     for got, want in zip(scalars, merge.distinct_scalars(values)):  # type: ignore[arg-type]
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("keys", [(1, 2), (True, 2), (1.0, 2), (1, 70)])
+def test_a_one_of_keyed_by_len_finds_the_dicts_case(keys: tuple, python_tracing: Any) -> None:
+    one, two = keys  # True and 1.0 equal 1 as dict keys; 70 is past the native length table
+    block = fb.OneOf(len, {one: fb.GetItem(0) >> fb.Scalar(), two: fb.Zeros(())})
+    inputs = [(1.0,), tuple(float(k) for k in range(two)), (4.0,)]
+    fast, slow = _both(Compiler(block, input_type=None), inputs, False, python_tracing)
+    assert fast == slow
