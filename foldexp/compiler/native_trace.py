@@ -124,7 +124,7 @@ def exact_int64(values: Any) -> np.ndarray | None:
     makes of it, 6x faster: 100k ids in 0.3 ms instead of 1.8); ``None`` for anything else,
     or where native code is off or not loaded."""
     module = _module
-    if module is None or type(values) is not list or len(values) < 256:
+    if module is None or type(values) is not list or len(values) < 16:  # (as fast below)
         return None
     if not native_code_allowed():
         return None
@@ -144,8 +144,8 @@ def int64_array(values: Any) -> np.ndarray:
 
 def distinct_int64_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """``merge.distinct_rows`` of an ``(n, k)`` int64 array by hashing, in one pass instead of
-    sorting (the peers' batch: 2.7 ms of a 8.5 ms schedule); ``None`` where native code is off
-    or not loaded, or for another array."""
+    sorting (the peers' batch: 2.7 ms of a 8.5 ms schedule; a group of 3-63 rows 3 µs instead of
+    24); ``None`` where native code is off or not loaded, or for another array."""
     module = _module
     if (
         module is None
@@ -153,7 +153,6 @@ def distinct_int64_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
         or rows.dtype != np.int64
         or rows.ndim != 2
         or rows.shape[1] == 0
-        or len(rows) < 64  # below that, numpy's calls cost no more
         or not native_code_allowed()
     ):
         return None
