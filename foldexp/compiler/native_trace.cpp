@@ -12,6 +12,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <new>
 #include <string>
 #include <vector>
 
@@ -520,13 +521,23 @@ inline unsigned long long mix(unsigned long long h) {  // splitmix64's finaliser
     return h ^ (h >> 31);
 }
 
-// distinct_rows(rows, k, slot, keep, counts) -> m: the distinct rows of the (n, k) int64 array
-// ``rows``, by hashing in one pass. Row i's distinct row is slot[i]; the m distinct rows first
-// occur at keep[0..m) (ascending), counts[0..m) times. ``merge.distinct_rows`` without sorting.
+bool overlap(const Buffer& a, const Buffer& b) {
+    auto* a0 = static_cast<const char*>(a.view.buf);
+    auto* b0 = static_cast<const char*>(b.view.buf);
+    return a0 < b0 + b.view.len && b0 < a0 + a.view.len;
+}
+
+// distinct_rows(rows, k, slot, keep, counts, seed) -> m: the distinct rows of the (n, k) int64
+// array ``rows``, by hashing in one pass. Row i's distinct row is slot[i]; the m distinct rows
+// first occur at keep[0..m) (ascending), counts[0..m) times. ``merge.distinct_rows`` without
+// sorting. The result does not depend on ``seed``: a seed the inputs cannot know keeps ids
+// crafted to collide from making the probing quadratic.
 PyObject* distinct_rows(PyObject* self, PyObject* args) {
     PyObject *rows_o, *slot_o, *keep_o, *counts_o;
     Py_ssize_t k;
-    if (!PyArg_ParseTuple(args, "OnOOO", &rows_o, &k, &slot_o, &keep_o, &counts_o)) return nullptr;
+    unsigned long long seed;
+    if (!PyArg_ParseTuple(args, "OnOOOK", &rows_o, &k, &slot_o, &keep_o, &counts_o, &seed))
+        return nullptr;
     Buffer rows, slot, keep, counts;
     if (!rows.get(rows_o, false) || !slot.get(slot_o, true) || !keep.get(keep_o, true) ||
         !counts.get(counts_o, true))
@@ -537,8 +548,17 @@ PyObject* distinct_rows(PyObject* self, PyObject* args) {
         PyErr_SetString(PyExc_ValueError, "distinct_rows: buffers of the wrong size");
         return nullptr;
     }
+    const Buffer* all[] = {&rows, &slot, &keep, &counts};
+    for (int a = 0; a < 4; ++a)
+        for (int b = a + 1; b < 4; ++b)
+            if (n > 0 && overlap(*all[a], *all[b])) {
+                PyErr_SetString(PyExc_ValueError, "distinct_rows: buffers overlap");
+                return nullptr;
+            }
     Py_ssize_t m = 0;
+    bool no_memory = false;
     Py_BEGIN_ALLOW_THREADS
+    try {
     size_t capacity = 16;
     while (capacity < (size_t)(2 * n)) capacity <<= 1;
     std::vector<long long> table(capacity, -1);  // distinct row number, or -1
@@ -546,7 +566,7 @@ PyObject* distinct_rows(PyObject* self, PyObject* args) {
     long long *sl = slot.data(), *kp = keep.data(), *ct = counts.data();
     for (Py_ssize_t i = 0; i < n; ++i) {
         const long long* row = r + i * k;
-        unsigned long long h = 0x9e3779b97f4a7c15ULL;
+        unsigned long long h = seed;
         for (Py_ssize_t j = 0; j < k; ++j) h = mix(h ^ (unsigned long long)row[j]);
         size_t at = h & (capacity - 1);
         while (table[at] >= 0) {
@@ -565,7 +585,11 @@ PyObject* distinct_rows(PyObject* self, PyObject* args) {
         sl[i] = table[at];
         ++ct[table[at]];
     }
+    } catch (const std::bad_alloc&) {
+        no_memory = true;
+    }
     Py_END_ALLOW_THREADS
+    if (no_memory) return PyErr_NoMemory();
     return PyLong_FromSsize_t(m);
 }
 
@@ -597,6 +621,6 @@ extern "C" PyMODINIT_FUNC PyInit_foldexp_native_trace(void) {
     if (m == nullptr) return nullptr;
     Py_INCREF(&TracerType);
     if (PyModule_AddObject(m, "Tracer", (PyObject*)&TracerType) < 0) return nullptr;
-    PyModule_AddIntConstant(m, "ABI", 3);
+    PyModule_AddIntConstant(m, "ABI", 4);
     return m;
 }

@@ -66,7 +66,8 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("native_trace.cpp")
 _MODULE = "foldexp_native_trace"  # the name of its PyInit function
-_ABI = 3
+_ABI = 4
+_SEED = int.from_bytes(os.urandom(8), "little")  # the hashing's (see distinct_rows)
 PIPE, GETITEM, OP, SCALAR, ALLOF, ONEOF, IDENTITY, PY, REF = range(9)
 
 _lock = threading.Lock()
@@ -156,10 +157,10 @@ def distinct_int64_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
         or not native_code_allowed()
     ):
         return None
-    rows = np.ascontiguousarray(rows)
+    rows = np.require(rows, np.int64, ["C_CONTIGUOUS", "ALIGNED"])
     n = len(rows)
     slot, keep, counts = (np.empty(n, dtype=np.int64) for _ in range(3))
-    m = module.distinct_rows(rows, rows.shape[1], slot, keep, counts)
+    m = module.distinct_rows(rows, rows.shape[1], slot, keep, counts, _SEED)
     return keep[:m].copy(), slot, counts[slot] > 1
 
 

@@ -342,3 +342,22 @@ def test_a_one_of_keyed_by_len_finds_the_dicts_case(keys: tuple, python_tracing:
     inputs = [(1.0,), tuple(float(k) for k in range(two)), (4.0,)]
     fast, slow = _both(Compiler(block, input_type=None), inputs, False, python_tracing)
     assert fast == slow
+
+
+def test_hashed_merging_takes_any_int64_array_and_any_seed(python_tracing: Any) -> None:
+    trace_batch(*(lambda c: (c.root, c.ops, [(1,)], c.output_type))(_trees()[0]))  # loads it
+    unaligned = np.frombuffer(bytes(8 * 60 + 1), dtype=np.int64, offset=1)  # numpy's "=q"
+    rows = np.random.default_rng(3).integers(0, 9, size=(400, 2))
+    module = native_trace._module
+    outs = [[np.empty(len(rows), np.int64) for _ in range(3)] for _ in range(2)]
+    found = [module.distinct_rows(rows, 2, *out, seed) for out, seed in zip(outs, (1, 2**64 - 1))]
+    m = found[0]
+    assert found[1] == m and all(np.array_equal(a[:m], b[:m]) for a, b in zip(*outs))
+    assert np.array_equal(outs[0][0], outs[1][0])  # every row's slot
+    with pytest.raises(ValueError, match="overlap"):
+        module.distinct_rows(rows, 2, outs[0][0], outs[0][0], outs[0][2], 1)
+    hashed = merge.distinct_scalars(unaligned), merge.distinct_rows(rows)
+    python_tracing()
+    for got, want in zip(hashed, (merge.distinct_scalars(unaligned), merge.distinct_rows(rows))):
+        for a, b in zip(got, want):  # type: ignore[arg-type]
+            np.testing.assert_array_equal(a, b)
