@@ -219,27 +219,35 @@ PyObject* scalar(TracerObject* t, const Node& node, PyObject* x) {
     return vid;
 }
 
+// The case chosen, on ``x`` after the pre block if there is one.
+PyObject* run_case(TracerObject* t, const Node& node, int case_index, PyObject* x, int nesting) {
+    if (node.pre < 0) return eval(t, case_index, x, nesting);
+    PyObject* y = eval(t, node.pre, x, nesting);
+    if (y == nullptr) return nullptr;
+    PyObject* out = eval(t, case_index, y, nesting);
+    Py_DECREF(y);
+    return out;
+}
+
+// No case: a key function that failed (an error set) or a key no case has. The block's
+// ``_trace`` raises its own error; a RecursionError (too deep) or a non-Exception goes up as is.
+PyObject* no_case(const Node& node, PyObject* x) {
+    if (PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_RecursionError) ||
+            !PyErr_ExceptionMatches(PyExc_Exception))
+            return nullptr;
+        PyErr_Clear();
+    }
+    return PyObject_CallOneArg(node.py, x);
+}
+
 PyObject* one_of(TracerObject* t, const Node& node, PyObject* x, int nesting) {
-    PyObject* key;
     if (!node.by_len.empty()) {  // the dict's answer, without making the key
         Py_ssize_t n = PyObject_Length(x);
         int case_index = n >= 0 && n < (Py_ssize_t)node.by_len.size() ? node.by_len[n] : -1;
-        if (case_index >= 0) {
-            if (node.pre < 0) return eval(t, case_index, x, nesting);
-            PyObject* y = eval(t, node.pre, x, nesting);
-            if (y == nullptr) return nullptr;
-            PyObject* out = eval(t, case_index, y, nesting);
-            Py_DECREF(y);
-            return out;
-        }
-        if (n < 0) {
-            if (PyErr_ExceptionMatches(PyExc_RecursionError) ||
-                !PyErr_ExceptionMatches(PyExc_Exception))
-                return nullptr;
-            PyErr_Clear();
-        }
-        return PyObject_CallOneArg(node.py, x);  // no such case: the block's own error
+        return case_index >= 0 ? run_case(t, node, case_index, x, nesting) : no_case(node, x);
     }
+    PyObject* key;
     if (node.key_is_len) {
         Py_ssize_t n = PyObject_Length(x);
         key = n < 0 ? nullptr : PyLong_FromSsize_t(n);
@@ -251,22 +259,8 @@ PyObject* one_of(TracerObject* t, const Node& node, PyObject* x, int nesting) {
         found = PyDict_GetItemWithError(node.cases, key);  // borrowed
         Py_DECREF(key);
     }
-    if (found == nullptr) {
-        if (PyErr_Occurred()) {
-            if (PyErr_ExceptionMatches(PyExc_RecursionError) ||
-                !PyErr_ExceptionMatches(PyExc_Exception))
-                return nullptr;
-            PyErr_Clear();
-        }
-        return PyObject_CallOneArg(node.py, x);  // ``b._trace``: raises the block's own error
-    }
-    int case_index = (int)PyLong_AsLong(found);
-    if (node.pre < 0) return eval(t, case_index, x, nesting);
-    PyObject* y = eval(t, node.pre, x, nesting);
-    if (y == nullptr) return nullptr;
-    PyObject* out = eval(t, case_index, y, nesting);
-    Py_DECREF(y);
-    return out;
+    if (found == nullptr) return no_case(node, x);
+    return run_case(t, node, (int)PyLong_AsLong(found), x, nesting);
 }
 
 PyObject* eval(TracerObject* t, int index, PyObject* x, int nesting) {
