@@ -19,7 +19,7 @@
 namespace {
 
 enum Kind { PIPE = 0, GETITEM = 1, OP = 2, SCALAR = 3, ALLOF = 4, ONEOF = 5, IDENTITY = 6,
-            PY = 7, REF = 8 };
+            PY = 7, REF = 8, RECORD = 9, MAP = 10, FOLD = 11 };
 
 // Deeper inputs raise RecursionError here, as Python's closures do, and go to the explicit
 // stack of ``run_steps``. Each level of a tree is a handful of nested nodes, each about 80 bytes
@@ -29,7 +29,7 @@ constexpr int kMaxNesting = 2000;
 struct Node {
     int kind = PY;
     std::vector<int> kids;        // PIPE, ALLOF: children in order; REF: its target
-    PyObject* key = nullptr;      // GETITEM: the key; ONEOF: the key function
+    PyObject* key = nullptr;      // GETITEM: the key; ONEOF: the key function; RECORD: the keys
     Py_ssize_t int_key = 0;       // GETITEM: the key as an integer, if it is one
     bool has_int_key = false;
     bool key_is_len = false;      // ONEOF: the key function is ``len``
@@ -263,6 +263,84 @@ PyObject* one_of(TracerObject* t, const Node& node, PyObject* x, int nesting) {
     return run_case(t, node, (int)PyLong_AsLong(found), x, nesting);
 }
 
+// ``Record``: a tuple of each field's block on ``x[key]``. A missing field or a failing field
+// ends the walk (the closures then raise the block's error, with the field's path).
+PyObject* record(TracerObject* t, const Node& node, PyObject* x, int nesting) {
+    Py_ssize_t n = (Py_ssize_t)node.kids.size();
+    PyObject* out = PyTuple_New(n);
+    if (out == nullptr) return nullptr;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* key = PyTuple_GET_ITEM(node.key, i);
+        PyObject* item = nullptr;
+        if (PyLong_CheckExact(key) && (PyTuple_CheckExact(x) || PyList_CheckExact(x))) {
+            Py_ssize_t size = PyTuple_CheckExact(x) ? PyTuple_GET_SIZE(x) : PyList_GET_SIZE(x);
+            Py_ssize_t at = PyLong_AsSsize_t(key);
+            if (at < 0 && !PyErr_Occurred()) at += size;
+            if (at >= 0 && at < size) {
+                item = PyTuple_CheckExact(x) ? PyTuple_GET_ITEM(x, at) : PyList_GET_ITEM(x, at);
+                Py_INCREF(item);
+            } else if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_IndexError, "record field out of range");
+            }
+        } else {
+            item = PyObject_GetItem(x, key);
+        }
+        PyObject* y = item == nullptr ? nullptr : eval(t, node.kids[i], item, nesting);
+        Py_XDECREF(item);
+        if (y == nullptr) {
+            Py_DECREF(out);
+            return nullptr;
+        }
+        PyTuple_SET_ITEM(out, i, y);
+    }
+    return out;
+}
+
+// A sequence's items, as ``as_list`` gives them: a list (its subclasses too) as it is, iterated
+// as Python iterates it; anything else copied into a list first.
+PyObject* sequence_iter(PyObject* x) {
+    if (PyList_Check(x)) return PyObject_GetIter(x);
+    PyObject* copy = PySequence_List(x);
+    if (copy == nullptr) return nullptr;
+    PyObject* it = PyObject_GetIter(copy);
+    Py_DECREF(copy);
+    return it;
+}
+
+// ``Map`` (not broadcast): the list of the element block on each item.
+PyObject* map_items(TracerObject* t, const Node& node, PyObject* x, int nesting) {
+    PyObject* it = sequence_iter(x);
+    if (it == nullptr) return nullptr;
+    PyObject* out = PyList_New(0);
+    PyObject* item;
+    while (out != nullptr && (item = PyIter_Next(it)) != nullptr) {
+        PyObject* y = eval(t, node.kids[0], item, nesting);
+        Py_DECREF(item);
+        if (y == nullptr || !append_new(out, y)) Py_CLEAR(out);
+    }
+    Py_DECREF(it);
+    if (out != nullptr && PyErr_Occurred()) Py_CLEAR(out);
+    return out;
+}
+
+// ``Fold``: the start block on None, then the combine block on each (state, item).
+PyObject* fold_items(TracerObject* t, const Node& node, PyObject* x, int nesting) {
+    PyObject* it = sequence_iter(x);
+    if (it == nullptr) return nullptr;
+    PyObject* state = eval(t, node.kids[0], Py_None, nesting);
+    PyObject* item;
+    while (state != nullptr && (item = PyIter_Next(it)) != nullptr) {
+        PyObject* pair = PyTuple_Pack(2, state, item);
+        Py_DECREF(item);
+        Py_DECREF(state);
+        state = pair == nullptr ? nullptr : eval(t, node.kids[1], pair, nesting);
+        Py_XDECREF(pair);
+    }
+    Py_DECREF(it);
+    if (state != nullptr && PyErr_Occurred()) Py_CLEAR(state);
+    return state;
+}
+
 PyObject* eval(TracerObject* t, int index, PyObject* x, int nesting) {
     if (++nesting > kMaxNesting) {
         PyErr_SetString(PyExc_RecursionError, "input too deep for foldexp's native tracing");
@@ -307,6 +385,12 @@ PyObject* eval(TracerObject* t, int index, PyObject* x, int nesting) {
             return x;
         case REF:
             return eval(t, node.kids[0], x, nesting);
+        case RECORD:
+            return record(t, node, x, nesting);
+        case MAP:
+            return map_items(t, node, x, nesting);
+        case FOLD:
+            return fold_items(t, node, x, nesting);
         default:
             return PyObject_CallOneArg(node.py, x);
     }
@@ -404,6 +488,10 @@ int tracer_init(TracerObject* self, PyObject* args, PyObject* kwargs) {
             ok = false;
         }
         ok = ok && (node.kind != REF || node.kids.size() == 1);
+        ok = ok && (node.kind != RECORD ||
+                    (PyTuple_Check(node.key) && PyTuple_GET_SIZE(node.key) == (Py_ssize_t)node.kids.size()));
+        ok = ok && (node.kind != MAP || node.kids.size() == 1);
+        ok = ok && (node.kind != FOLD || node.kids.size() == 2);
         ok = ok && (node.kind != OP || (node.depths && node.firsts && node.args));
         ok = ok && (node.kind != SCALAR || (node.vids && node.payloads && node.py));
         bool calls_python = node.kind == PY || node.kind == GETITEM || node.kind == ONEOF;
@@ -615,6 +703,6 @@ extern "C" PyMODINIT_FUNC PyInit_foldexp_native_trace(void) {
     if (m == nullptr) return nullptr;
     Py_INCREF(&TracerType);
     if (PyModule_AddObject(m, "Tracer", (PyObject*)&TracerType) < 0) return nullptr;
-    PyModule_AddIntConstant(m, "ABI", 4);
+    PyModule_AddIntConstant(m, "ABI", 5);
     return m;
 }

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from foldexp.blocks import AllOf, GetItem, Identity, OneOf
+from foldexp.blocks import AllOf, Fold, GetItem, Identity, Map, OneOf, Record
 from foldexp.blocks.internal import (
     Block,
     ForwardRef,
@@ -66,9 +66,9 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("native_trace.cpp")
 _MODULE = "foldexp_native_trace"  # the name of its PyInit function
-_ABI = 4
+_ABI = 5
 _SEED = int.from_bytes(os.urandom(8), "little")  # the hashing's (see distinct_rows)
-PIPE, GETITEM, OP, SCALAR, ALLOF, ONEOF, IDENTITY, PY, REF = range(9)
+PIPE, GETITEM, OP, SCALAR, ALLOF, ONEOF, IDENTITY, PY, REF, RECORD, MAP, FOLD = range(12)
 
 _lock = threading.Lock()
 _module: ModuleType | None = None
@@ -232,6 +232,18 @@ class _Graph:
     def identity(self, b: Identity) -> int:
         return self.add(IDENTITY)
 
+    def record(self, b: Record) -> int:
+        keys = tuple(k for k, _ in b.fields)
+        return self.add(RECORD, tuple(self.node(c) for _, c in b.fields), key=keys)
+
+    def map(self, b: Map) -> int:
+        if b._broadcast:  # one call, its result repeated: the closure's
+            return self.python(b)
+        return self.add(MAP, (self.node(b.elem_block),))
+
+    def fold(self, b: Fold) -> int:
+        return self.add(FOLD, (self.node(b.start_block), self.node(b.combine_block)))
+
     def forward_ref(self, b: ForwardRef) -> int:
         ref = self.decls.get(id(b.decl))
         if ref is None:  # the declaration's node first, so that recursion inside finds it
@@ -250,6 +262,9 @@ _NODES = {
     OneOf: _Graph.one_of,
     Identity: _Graph.identity,
     ForwardRef: _Graph.forward_ref,
+    Record: _Graph.record,
+    Map: _Graph.map,
+    Fold: _Graph.fold,
 }
 
 

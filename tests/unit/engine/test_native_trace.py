@@ -361,3 +361,25 @@ def test_hashed_merging_takes_any_int64_array_and_any_seed(python_tracing: Any) 
     for got, want in zip(hashed, (merge.distinct_scalars(unaligned), merge.distinct_rows(rows))):
         for a, b in zip(got, want):  # type: ignore[arg-type]
             np.testing.assert_array_equal(a, b)
+
+
+class _Reversed(list):
+    """A list whose own iteration order is reversed: ``Map`` and ``Fold`` iterate it so."""
+
+    def __iter__(self) -> Any:
+        return reversed(list(super().__iter__()))
+
+
+def test_records_and_sequences_read_their_items_as_python_does(python_tracing: Any) -> None:
+    add = fb.Function(torch.add)
+    block = fb.AllOf(
+        fb.GetItem(0) >> fb.Record([(-1, fb.Scalar()), (0, fb.Scalar())]) >> add,
+        fb.GetItem(1) >> fb.Map(fb.Scalar()) >> fb.Sum(),
+        fb.GetItem(1) >> fb.Fold(fb.Record((fb.Identity(), fb.Scalar())) >> add, fb.Zeros(())),
+    )
+    inputs = [
+        ((1.0, 2.0, 3.0), seq) for seq in ([1.0, 2.0], (3.0, 4.0, 5.0), _Reversed([6.0, 7.0]))
+    ]
+    inputs.append(([4.0, 5.0], [8.0]))  # a list for the record
+    fast, slow = _both(Compiler(block, input_type=None), inputs, False, python_tracing)
+    assert fast == slow
