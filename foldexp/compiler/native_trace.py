@@ -5,9 +5,10 @@ Tracing costs about a microsecond of Python per node (the peers' 256 trees: 30 m
 training step). ``native_trace.cpp`` walks the same blocks over the same inputs in C++ and
 appends the same values to the same lists of the ``Trace``; the scheduler and everything after
 it cannot tell the two apart. It has a node for pipes, ``GetItem``, op blocks, ``Scalar``,
-``AllOf``, ``OneOf``, ``Identity`` and recursion (``ForwardDeclaration``); every other block
-(``Map``, ``Fold``, ``Record``, ``InputTransform``, metrics, a user's own block) is a call of
-its Python closure from there, and so runs as fast as it always has.
+``AllOf``, ``OneOf``, ``Identity``, ``Record``, ``Map`` and ``Fold`` (``Map`` over a broadcast
+sequence aside) and recursion (``ForwardDeclaration``); every other block (``InputTransform``,
+metrics, a user's own block) is a call of its Python closure from there, and so runs as fast as
+it always has.
 
 Errors and odd inputs stay Python's. A node hands a failing index, key function or payload to
 the block's own code, which raises the block's error. Any other error ends the input's native
