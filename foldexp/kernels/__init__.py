@@ -1,5 +1,6 @@
 """Below the block layer: faster routes to standard ops (``linear``, ``dropout``), fused Tree-LSTM
-state updates (``treelstm``; both C++ built on first use by ``native``) and memory."""
+state updates (``treelstm``), gradient rows added into a buffer (``scatter``; these three C++
+built on first use by ``native``) and memory."""
 
 from foldexp.kernels.deferred import WeightGradients, collecting_weight_gradients
 from foldexp.kernels.denormals import flush_denormals

@@ -178,7 +178,7 @@ void with_flag(bool flag, F&& f) {
 
 extern "C" {
 
-int foldexp_kernels_abi() { return 5; }  // native.py's ABI
+int foldexp_kernels_abi() { return 6; }  // native.py's ABI
 
 // Flush-to-zero and denormals-are-zero (MXCSR bits 15 and 6) on every thread of the OpenMP team
 // torch computes on: torch.set_flush_denormal reaches only its calling thread. Returns how many

@@ -1,6 +1,7 @@
 """Builds foldexp's C++ kernels on first use and loads them with ctypes: the fused Tree-LSTM
-state updates (``fused_cells.cpp``, used by ``treelstm.py``) and dropout noise
-(``dropout_noise.cpp``, used by ``dropout_noise.py``), one library.
+state updates (``fused_cells.cpp``, used by ``treelstm.py``), dropout noise
+(``dropout_noise.cpp``, used by ``dropout_noise.py``) and gradient rows added into a buffer
+(``scatter_rows.cpp``, used by ``scatter.py``), one library.
 
 The sources are compiled for the machine it runs on (``-march=native``, OpenMP), with no torch
 headers and no Python binding, in about a second, and the library is kept in a cache folder:
@@ -52,10 +53,13 @@ __all__ = [
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-SOURCES = tuple(Path(__file__).with_name(n) for n in ("fused_cells.cpp", "dropout_noise.cpp"))
+SOURCES = tuple(
+    Path(__file__).with_name(n)
+    for n in ("fused_cells.cpp", "dropout_noise.cpp", "scatter_rows.cpp")
+)
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno",
          "-fno-trapping-math")  # fmt: skip
-ABI = 5  # fused_cells.cpp's foldexp_kernels_abi(); raise both when a signature changes
+ABI = 6  # fused_cells.cpp's foldexp_kernels_abi(); raise both when a signature changes
 BUILD_TIMEOUT_S = 300
 
 _P, _N = ctypes.c_void_p, ctypes.c_int64
@@ -65,8 +69,9 @@ _SIGNATURES = {
     "leaf_forward": [_N, _N, _P, _P, _P, _P, _P],
     "leaf_backward": [_N, _N, _P, _P, _P, _P, _P, _P, _P],
     "dropout_noise": [_N, ctypes.c_double, _P, _P],
+    "scatter_add_rows": [_N, _N, _N, _P, _N, _P, _P, _P],
 }
-_RETURNS = {"dropout_noise": ctypes.c_int}
+_RETURNS = {"dropout_noise": ctypes.c_int, "scatter_add_rows": ctypes.c_int}
 
 _lock = threading.Lock()
 _loaded: ctypes.CDLL | None = None
