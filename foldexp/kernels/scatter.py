@@ -41,15 +41,13 @@ def index_add_parts(
         IndexError: an index outside ``dst``'s rows, where the kernel serves (nothing is added
             then); torch's ``index_add_`` raises its own error elsewhere.
     """
-    if len(parts) == 1 and parts[0] is not None and len(index) * dst[0].numel() < NATIVE_ELEMENTS:
+    if len(parts) == 1 and parts[0] is not None and len(index) * _row_size(dst) < NATIVE_ELEMENTS:
         dst.index_add_(0, index, parts[0])  # the common small case, kept lean
         return
     present = [p for p in parts if p is not None]
     if not present:
         return
-    if len(index) * math.prod(dst.shape[1:]) >= NATIVE_ELEMENTS and _native(
-        dst, index, parts, present
-    ):
+    if len(index) * _row_size(dst) >= NATIVE_ELEMENTS and _native(dst, index, parts, present):
         return
     if len(present) == len(parts):
         dst.index_add_(0, index, present[0] if len(present) == 1 else torch.cat(present))
@@ -58,6 +56,10 @@ def index_add_parts(
     for k, part in enumerate(parts):
         if part is not None:
             dst.index_add_(0, index[k * n : (k + 1) * n], part)
+
+
+def _row_size(t: torch.Tensor) -> int:
+    return math.prod(t.shape[1:])
 
 
 def _native(
@@ -73,7 +75,7 @@ def _native(
     if lib is None or not fused_cells_enabled() or transforms_active():
         return False
     n = len(index) // len(parts)
-    cols = math.prod(dst.shape[1:])
+    cols = _row_size(dst)
     ptrs, strides = [], []
     keep = []  # contiguous copies of odd layouts, alive until the kernel has read them
     for part in parts:
@@ -81,7 +83,7 @@ def _native(
             ptrs.append(None)
             strides.append(0)
             continue
-        if part.shape[0] != n or math.prod(part.shape[1:]) != cols:
+        if part.shape[0] != n or _row_size(part) != cols:
             return False
         if not (part.dim() == 2 and part.stride(1) == 1) and not part.is_contiguous():
             part = part.contiguous()
