@@ -41,6 +41,7 @@ def index_add_parts(
         IndexError: an index outside ``dst``'s rows, where the kernel serves (nothing is added
             then); torch's ``index_add_`` raises its own error elsewhere.
     """
+    parts = [_outside(p, dst) for p in parts]
     if len(parts) == 1 and parts[0] is not None and len(index) * _row_size(dst) < NATIVE_ELEMENTS:
         dst.index_add_(0, index, parts[0])  # the common small case, kept lean
         return
@@ -56,6 +57,20 @@ def index_add_parts(
     for k, part in enumerate(parts):
         if part is not None:
             dst.index_add_(0, index[k * n : (k + 1) * n], part)
+
+
+def _outside(part: torch.Tensor | None, dst: torch.Tensor) -> torch.Tensor | None:
+    """``part``, or a copy of it where it lies in ``dst``'s memory. An op that returns an
+    argument as it came (or a view of it) gets back the gradient it was handed, which in the
+    executor's backward is a view of the very buffer it is added into: torch refuses that
+    overlap, and the kernel's sums would depend on their order."""
+    if part is None:
+        return None
+    try:
+        start, at = dst.data_ptr(), part.data_ptr()
+    except RuntimeError:  # no storage to compare (a transform's wrapper): torch's ops decide
+        return part
+    return part.clone() if start <= at < start + dst.numel() * dst.element_size() else part
 
 
 def _row_size(t: torch.Tensor) -> int:
@@ -83,8 +98,8 @@ def _native(
             ptrs.append(None)
             strides.append(0)
             continue
-        if part.shape[0] != n or _row_size(part) != cols:
-            return False
+        if part.shape[0] != n or part.shape[1:] != dst.shape[1:]:
+            return False  # torch's index_add_ names the mismatch
         if not (part.dim() == 2 and part.stride(1) == 1) and not part.is_contiguous():
             part = part.contiguous()
             keep.append(part)
@@ -115,6 +130,10 @@ def _fits(dst: torch.Tensor, index: torch.Tensor, present: list[torch.Tensor]) -
     if index.dim() != 1 or not index.is_contiguous():
         return False
     return all(
-        type(p) in _PLAIN and p.device.type == "cpu" and p.dtype == torch.float32 and p.dim() >= 1
+        type(p) in _PLAIN
+        and p.device.type == "cpu"
+        and p.dtype == torch.float32
+        and p.dim() >= 1
+        and not p.is_neg()  # a lazily negated view: its memory holds the values unnegated
         for p in present
     )

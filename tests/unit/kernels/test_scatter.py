@@ -5,6 +5,8 @@ for arguments that get no gradient."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 from torch import nn
@@ -165,3 +167,65 @@ def test_arguments_without_gradients_and_column_slices_through_the_sweep(
     tree.resolve_to(node)
     trees = [((1,), ((2,), (3,))), (((4,), (5,)), ((6,), ((7,), (8,)))), (9,)]
     check_block(tree() >> fb.GetItem(0), trees)
+
+
+def _pass_through_tree(cell, unary=None):
+    """Trees of int leaves; pairs go through ``cell``, and 1-tuples of a subtree through
+    ``unary`` (an op that returns its argument as it came)."""
+    torch.manual_seed(0)
+    embed = nn.Embedding(20, 6)
+    tree = fb.ForwardDeclaration()
+    pair = fb.AllOf(fb.GetItem(0) >> tree(), fb.GetItem(1) >> tree())
+    cases = {
+        1: fb.GetItem(0) >> fb.Scalar("int64") >> fb.Function(embed),
+        2: pair >> fb.Function(cell),
+    }
+    if unary is not None:
+        cases[3] = fb.GetItem(0) >> tree() >> fb.Function(unary)
+    tree.resolve_to(fb.OneOf(len, cases))
+    return tree() >> fb.Function(nn.Linear(6, 2))
+
+
+def _random_trees(count: int, seed: int) -> list:
+    """Trees of shapes mixed enough that groups read their arguments by index, not as one
+    range of rows; a 3-tuple wraps a subtree in the unary op."""
+    rng = random.Random(seed)
+
+    def tree(n: int):
+        if n == 1:
+            return (rng.randrange(20),)
+        if rng.random() < 0.3:
+            return (tree(n), 0, 0)
+        k = rng.randrange(1, n)
+        return (tree(k), tree(n - k))
+
+    return [tree(rng.randrange(2, 8)) for _ in range(count)]
+
+
+TREES = _random_trees(40, seed=0)
+
+
+@pytest.mark.parametrize("kernels", [None, False])
+@pytest.mark.parametrize("leaves", ["per argument", "per gather"])
+def test_an_op_that_returns_an_argument_as_it_came(monkeypatch, kernels, leaves) -> None:
+    # Its argument's gradient is the output gradient it was handed: a view of the gradient
+    # buffer it is then added into.
+    fused.set_fused_cells_enabled(kernels)
+    if leaves == "per argument":
+        monkeypatch.setattr(run, "NATIVE_ELEMENTS", 0)
+        monkeypatch.setattr(scatter, "NATIVE_ELEMENTS", 0)
+    check_block(_pass_through_tree(lambda left, right: left, unary=lambda h: h), TREES)
+    check_block(_pass_through_tree(lambda left, right: right.view(right.shape), unary=abs), TREES)
+
+
+def test_a_part_in_the_buffers_own_memory_and_a_negated_view(route) -> None:
+    dst = torch.randn(40, 3)
+    index = torch.arange(20, 40)
+    own = dst[:10]  # rows 0-9 of the buffer, added into rows 20-29
+    lazy = torch._neg_view(torch.randn(10, 3))  # negated lazily: its memory holds -values
+    want = dst.clone().index_add_(0, index, torch.cat([own.clone(), lazy.resolve_neg()]))
+    with torch.no_grad():
+        index_add_parts(dst, index, [own, lazy])
+    torch.testing.assert_close(dst, want)
+    with torch.no_grad(), pytest.raises(RuntimeError):  # a part of another row shape
+        index_add_parts(torch.zeros(40, 4), index, [torch.ones(10, 2, 2), torch.ones(10, 4)])
