@@ -20,7 +20,7 @@ from foldexp.types import TensorType, TupleType, Type, flatten_tensor_types
 __all__ = ["Op", "structure_flattener", "structure_builder"]
 
 # Modules whose training-mode output is random.
-_RANDOM_MODULES = (torch.nn.modules.dropout._DropoutNd, torch.nn.RReLU)
+RANDOM_MODULES = (torch.nn.modules.dropout._DropoutNd, torch.nn.RReLU)
 
 
 def structure_flattener(t: Type) -> Callable[[Any], list[Any]]:
@@ -143,7 +143,7 @@ class Op:
         if root is None:
             return False
         return any(
-            m.training and isinstance(m, _RANDOM_MODULES) and getattr(m, "p", 1.0) > 0
+            m.training and isinstance(m, RANDOM_MODULES) and getattr(m, "p", 1.0) > 0
             for m in root.modules()
         )
 

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from foldexp.blocks._base import Block, InputError, Tracer, tuple_item_types
+from foldexp.blocks._captures import reached_state
 from foldexp.blocks._ops import Op, structure_builder, structure_flattener
 from foldexp.types import (
     BroadcastSequenceType,
@@ -242,7 +243,10 @@ class Function(OpBlock):
     On a tuple input the items are passed as separate positional arguments (so
     ``Function(torch.add)`` adds a pair); a tuple result gives a tuple output. The output type is
     inferred by calling ``fn`` once on a small batch of zeros unless ``output_type`` is given.
-    The parameters of an ``nn.Module`` become parameters of the compiled model.
+    The parameters of an ``nn.Module`` become parameters of the compiled model. A plain function
+    that reaches a trainable module or tensor (closure, defaults, bound object, named globals;
+    ``_captures.py``) is refused with ``TypeError``: the compiled model would not train it; pass
+    the module itself, or an ``nn.Module`` whose forward calls it.
 
     The compiler computes equal invocations (same op, same argument values) once. Dropout
     modules inside ``fn`` are seen (``Op.is_random``); a ``fn`` that draws random numbers some
@@ -268,6 +272,15 @@ class Function(OpBlock):
         if not is_tensor_tree(input_type):
             raise TypeError(
                 f"{self!r} expects a tensor or a tuple of tensors as input, got {input_type!r}"
+            )
+        hidden = reached_state(self.fn, self.random)
+        if hidden:
+            raise TypeError(
+                f"{self!r} reaches {'; '.join(hidden)}, which a compiled model would not see: "
+                "its parameters would get no gradient and its dropout would not count as random. "
+                "Give Function the module itself (Function(module)), or an nn.Module whose "
+                "forward does what this function does; freeze what is meant to stay constant "
+                "(requires_grad_(False))."
             )
         build = getattr(self.fn, "build_for_input_type", None)
         if build is not None:

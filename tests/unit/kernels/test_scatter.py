@@ -131,6 +131,17 @@ def test_torch_ops_serve_with_the_switch_off_and_under_autograd() -> None:
     assert torch.equal(grad, torch.ones(20, 8))
 
 
+class _Widened(nn.Module):
+    """A leaf's state: (h, a wider c)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.widen = nn.Linear(n, n + 1)
+
+    def forward(self, h):
+        return h, self.widen(h)
+
+
 class _IgnoresRightMemory(nn.Module):
     """A binary cell over states (h of n, c of n + 1) that reads both children's h but only the
     left child's c: two gathers (one per type), and the right c gets no gradient."""
@@ -158,8 +169,7 @@ def test_arguments_without_gradients_and_column_slices_through_the_sweep(
     torch.manual_seed(0)
     n = 6
     embed, cell = nn.Embedding(20, n), _IgnoresRightMemory(n)
-    widen = nn.Linear(n, n + 1)
-    leaf = fb.Scalar("int64") >> fb.Function(embed) >> fb.Function(lambda h: (h, widen(h)))
+    leaf = fb.Scalar("int64") >> fb.Function(embed) >> fb.Function(_Widened(n))
     tree = fb.ForwardDeclaration()
     node = fb.OneOf(len, {1: fb.GetItem(0) >> leaf,
                           2: fb.AllOf(fb.GetItem(0) >> tree(), fb.GetItem(1) >> tree())

@@ -1,0 +1,87 @@
+"""What a plain function given to ``Function`` reaches that the compiled model would not see.
+
+``Function(module)`` makes the module's parameters the compiled model's, and lets the scheduler
+see its dropout. A plain function (a lambda, a ``def``, a ``functools.partial``, a bound method)
+that uses a module or a trainable tensor from its closure, its defaults, its bound object or the
+globals it names gets neither: the batched run treats what it reaches as constants, so those
+parameters would silently get no gradient (eager evaluation gives them one), and equal
+invocations of its dropout would be computed once. ``reached_state`` finds such objects, one
+level deep, so that ``Function`` can refuse them and name the fix.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from foldexp.blocks._ops import RANDOM_MODULES
+
+__all__ = ["reached_state"]
+
+
+def reached_state(fn: Callable[..., Any], random: bool) -> list[str]:
+    """A description of each trainable module or tensor, and (unless ``random``) each module
+    with dropout, that ``fn`` reaches; empty for an ``nn.Module`` (the compiler sees it)."""
+    if isinstance(fn, torch.nn.Module):
+        return []
+    found: list[str] = []
+    seen: set[int] = set()
+    for where, obj in _reached(fn, depth=0):
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        what = _hidden_state(obj, random)
+        if what:
+            found.append(f"{where} ({what})")
+    return found
+
+
+def _reached(fn: Any, depth: int) -> Iterator[tuple[str, Any]]:
+    """``(where, object)`` for what ``fn`` holds: a partial's function and arguments, a bound
+    method's object, a function's closure, defaults and the globals its code names."""
+    if depth > 2:
+        return
+    if isinstance(fn, functools.partial):
+        yield from _reached(fn.func, depth + 1)
+        for value in (*fn.args, *fn.keywords.values()):
+            yield "an argument bound by functools.partial", value
+        return
+    if isinstance(fn, types.MethodType):
+        yield f"`{type(fn.__self__).__name__}` object the method is bound to", fn.__self__
+        fn = fn.__func__
+    if not isinstance(fn, types.FunctionType):
+        return
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            yield f"`{name}` from its closure", cell.cell_contents
+        except ValueError:  # a cell not filled yet
+            continue
+    for value in (*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()):
+        yield "a default argument", value
+    for name in fn.__code__.co_names:
+        if name in fn.__globals__:
+            yield f"global `{name}`", fn.__globals__[name]
+
+
+def _hidden_state(obj: Any, random: bool) -> str | None:
+    """What in ``obj`` the compiled model would miss, or ``None``; lists and dicts one level in."""
+    if isinstance(obj, (list, tuple)):
+        return next((w for w in (_hidden_state(o, random) for o in obj) if w), None)
+    if isinstance(obj, dict):
+        return next((w for w in (_hidden_state(o, random) for o in obj.values()) if w), None)
+    if isinstance(obj, torch.nn.Module):
+        trainable = sum(p.numel() for p in obj.parameters() if p.requires_grad)
+        if trainable:
+            return f"{type(obj).__name__} with {trainable:,} trainable parameters"
+        if not random and any(
+            isinstance(m, RANDOM_MODULES) and getattr(m, "p", 1.0) > 0 for m in obj.modules()
+        ):
+            return f"{type(obj).__name__}, random in training"
+        return None
+    if isinstance(obj, torch.Tensor) and obj.requires_grad:
+        return f"a tensor of shape {tuple(obj.shape)} that requires grad"
+    return None
