@@ -23,12 +23,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(autouse=True)
-def restore_switch():
-    yield
-    fused.set_fused_cells_enabled(None)
-
-
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.int32) if t.dtype == torch.float32 else t.view(torch.int64)
 

@@ -20,12 +20,6 @@ pytestmark = needs_kernels
 TOL = dict(rtol=2e-6, atol=2e-6)
 
 
-@pytest.fixture(autouse=True)
-def restore_switch():
-    yield
-    fused.set_fused_cells_enabled(None)
-
-
 def _torch_binary(z, cl, cr, mask):
     i, fl, fr, o, u = z.chunk(5, dim=1)
     u = torch.tanh(u) if mask is None else torch.tanh(u) * mask

@@ -23,13 +23,6 @@ needs_kernels = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(autouse=True)
-def restore_switch():
-    yield
-    fused.set_fused_cells_enabled(None)
-    torch.set_num_threads(2)
-
-
 @pytest.fixture(params=["kernel", "torch"])
 def route(request, monkeypatch):
     """Every size through the kernel, or every size through torch's ops."""
