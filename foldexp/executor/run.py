@@ -8,8 +8,8 @@ reserved rows.
 Gradients. Writing into shared buffers in place is invisible to autograd, so training runs the
 whole depth loop inside one ``torch.autograd.Function``:
 
-- forward: each of a group's gathered arguments becomes a fresh leaf, the op runs with grad
-  enabled, and the group keeps its small local graph (inputs → outputs);
+- forward: each gathered block (or, for a large one, each argument in it) becomes a fresh leaf,
+  the op runs with grad enabled, and the group keeps its small local graph (inputs → outputs);
 - backward: the value buffers, no longer read, are zeroed to hold the gradients, filled from the
   output gradients, then groups are visited from the deepest to the shallowest;
   ``torch.autograd.grad`` of each group's outputs gives its arguments' gradients, added into

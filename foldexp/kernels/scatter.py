@@ -42,9 +42,6 @@ def index_add_parts(
             then); torch's ``index_add_`` raises its own error elsewhere.
     """
     parts = [_outside(p, dst) for p in parts]
-    if len(parts) == 1 and parts[0] is not None and len(index) * _row_size(dst) < NATIVE_ELEMENTS:
-        dst.index_add_(0, index, parts[0])  # the common small case, kept lean
-        return
     present = [p for p in parts if p is not None]
     if not present:
         return
