@@ -12,7 +12,9 @@ cross-entropy, backward -- with the same modules, so only the batching differs:
   (``engine_onednn``; every other peer takes this CPU's default route,
   ``foldexp/kernels/dense.py``), and with a user's own cells written with plain ``nn.Linear``
   (``engine_plain``);
-- ``loop``: plain PyTorch, each tree evaluated node by node (no batching at all);
+- ``loop``: plain PyTorch, each tree evaluated node by node (no batching at all), with the
+  model's cells (fused, as every peer's); ``loop_plain``: the same with the user's plain cells,
+  the per-tree baseline of ``engine_plain`` (the same cells, batched or not);
 - ``level``: hand-written level-by-level batching: number the nodes of the whole batch by
   height, then one cell call per height, children gathered from the levels below;
 - ``torchfold``: torchfold 0.1.0 (``Fold.add`` per node, ``Fold.apply``), with a shim for the
@@ -323,14 +325,28 @@ class _PlainCell(nn.Module):
         return torch.sigmoid(o) * torch.tanh(c), c
 
 
+class _PlainParams(nn.Module):
+    """``TreeLSTMParams`` as a user writes it: the same parameters behind plain ``nn.Linear``
+    layers and plain torch ops."""
+
+    def __init__(self, m: TreeLSTMParams) -> None:
+        super().__init__()
+        self.embed, self.leaf, self.cell = m.embed, _PlainLeaf(m.leaf), _PlainCell(m.cell)
+        self.out = nn.Linear(m.out.in_features, m.out.out_features)
+        self.out.weight, self.out.bias = m.out.weight, m.out.bias
+
+    def word(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.leaf(self.embed(ids))
+
+
 def _engine_plain(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
     # A user's own cells (plain nn.Linear, no foldexp layer) through the same Compiler: whatever
     # makes the engine fast must reach ops it did not write.
-    out = nn.Linear(m.out.in_features, m.out.out_features)
-    out.weight, out.bias = m.out.weight, m.out.bias
-    plain = types.SimpleNamespace(embed=m.embed, leaf=_PlainLeaf(m.leaf), cell=_PlainCell(m.cell))
-    plain.out = out
-    return _engine(plain, trees, labels)  # type: ignore[arg-type]
+    return _engine(_PlainParams(m), trees, labels)  # type: ignore[arg-type]
+
+
+def _loop_plain(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
+    return _loop(_PlainParams(m), trees, labels)  # type: ignore[arg-type]
 
 
 IMPLS = {
@@ -342,6 +358,7 @@ IMPLS = {
     "engine_mkl": _engine_mkl,
     "engine_onednn": _engine_onednn,
     "loop": _loop,
+    "loop_plain": _loop_plain,
     "level": _level,
     "torchfold": _torchfold,
     "dgl": _dgl,

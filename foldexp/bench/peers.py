@@ -16,8 +16,8 @@ steps back to back, round after round (rotating who goes first), so every peer's
 spread over the same stretch of time and share the same background load. Every step is one
 timed repeat. Several steps per turn measure what a training loop sees, steps back to back: on these
 VMs a multi-threaded step that follows seconds of idling (the other peers' turns) tends to run
-slower than one that follows another step. The plain per-tree loop is about 30x slower than
-the rest, so it steps over the first ``loop_trees`` trees only (trees/s stays comparable).
+slower than one that follows another step. The per-tree loops are about 30x slower than
+the rest, so they step over the first ``loop_trees`` trees only (trees/s stays comparable).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ PEERS = {
     "engine_mkl": "foldexp engine, dense layers through torch's default MKL matmuls",
     "engine_onednn": "foldexp engine, dense layers through oneDNN",
     "loop": "plain per-tree PyTorch loop",
+    "loop_plain": "plain per-tree PyTorch loop, a user's own cells (as engine_plain)",
     "level": "hand-written level-by-level batching (PyTorch)",
     "dynet": "DyNet, autobatch off",
     "dynet_ab1": "DyNet, autobatch 1",
@@ -118,7 +119,8 @@ class _PeerRounds:
         env_vars = child_env(self.env.threads)
         records: list[Record] = []
         for name in pc.implementations:
-            n = min(pc.loop_trees, pc.trees) if name == "loop" and pc.loop_trees > 0 else pc.trees
+            per_tree = name in ("loop", "loop_plain") and pc.loop_trees > 0
+            n = min(pc.loop_trees, pc.trees) if per_tree else pc.trees
             params = self._params(name, trees_file, n)
             try:
                 peer = PeerProcess(name, params, _python(pc.python), env_vars, logs / f"{name}.log",

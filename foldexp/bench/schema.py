@@ -66,6 +66,7 @@ class PeersConfig:
             "engine_mkl",
             "engine_onednn",
             "loop",
+            "loop_plain",
             "level",
             "dynet",
             "dynet_ab1",

@@ -19,7 +19,7 @@ def test_peers_agree_and_engine_mkl_uses_default_matmuls() -> None:
     params = {"vocab": 50, "embed": 16, "hidden": 16, "classes": 5, "seed": 0}
     losses = {}
     set_onednn_enabled(True)  # the route on, whatever this CPU's default
-    for name in ["engine", "engine_plain", "level", "loop", "engine_mkl"]:
+    for name in ["engine", "engine_plain", "level", "loop", "loop_plain", "engine_mkl"]:
         step, _ = peer_torch.setup(name, params, trees, labels)
         losses[name] = step()["loss"]
         assert onednn_enabled() is (name != "engine_mkl")  # engine_mkl runs last
