@@ -49,15 +49,16 @@ __all__ = [
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_F32 = torch.float32
 
 
 def applicable(*tensors: torch.Tensor) -> bool:
     """Whether the fused route takes these tensors: plain CPU float32 matrices, no tracing or
     function transform, switch on."""
+    # ``is_cpu`` rather than ``device.type``, which builds a device object: a served tree makes
+    # this check at every one of its calls.
     for t in tensors:
-        if type(t) not in _PLAIN or t.device.type != "cpu" or t.dtype != torch.float32:
-            return False
-        if t.dim() != 2:
+        if type(t) not in _PLAIN or not t.is_cpu or t.dtype is not _F32 or t.dim() != 2:
             return False
     return fused_cells_enabled() and not transforms_active()
 
@@ -136,7 +137,7 @@ def _binary_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel's forward on checked, contiguous tensors."""
     n, hidden = cl.shape
-    h, c = z.new_empty((n, hidden)), z.new_empty((n, hidden))
+    h, c = torch.empty_like(cl), torch.empty_like(cl)  # cl: contiguous (n, hidden) float32
     load_kernels().binary_forward(
         n, hidden, z.data_ptr(), cl.data_ptr(), cr.data_ptr(), _ptr(mask),
         h.data_ptr(), c.data_ptr(),

@@ -149,6 +149,27 @@ def test_switch_off_takes_torch_ops_and_other_dtypes_never_fuse():
     assert h.dtype == torch.float64
 
 
+class _Subclass(torch.Tensor):
+    pass
+
+
+def test_only_cpu_float32_matrices_are_fused():
+    z, cl, cr = (t.detach() for t in _inputs(4, 6, False))
+    assert not fused.applicable(z.unsqueeze(0), cl, cr)  # three dimensions
+    assert not fused.applicable(z, cl.half(), cr)
+    assert not fused.applicable(z, cl, cr.as_subclass(_Subclass))
+
+
+def test_one_row_children_sliced_from_wider_rows():
+    """A one-row column slice counts as contiguous with its parent's row stride; the outputs,
+    allocated like it, still come out right."""
+    z, cl, cr = (t.detach() for t in _inputs(1, 6, False))
+    wide = torch.cat([cl, cr], dim=1)
+    got = binary_state(z, wide[:, :6], wide[:, 6:])
+    for a, b in zip(got, _torch_binary(z, cl, cr, None)):
+        torch.testing.assert_close(a, b)
+
+
 @pytest.mark.parametrize("leaf", [False, True], ids=["binary", "leaf"])
 def test_second_derivatives_are_autograds_own(leaf):
     """Under ``create_graph`` the backward runs torch ops, so a gradient penalty differentiates
