@@ -5,8 +5,10 @@ see its dropout. A plain function (a lambda, a ``def``, a ``functools.partial``,
 that uses a module or a trainable tensor from its closure, its defaults, its bound object or the
 globals it names gets neither: the batched run treats what it reaches as constants, so those
 parameters would silently get no gradient (eager evaluation gives them one), and equal
-invocations of its dropout would be computed once. ``reached_state`` finds such objects, one
-level deep, so that ``Function`` can refuse them and name the fix.
+invocations of its dropout would be computed once. ``reached_state`` finds such objects, so
+that ``Function`` can refuse them and name the fix. It follows the functions it reaches (a helper
+that calls a module) up to ``MAX_DEPTH`` calls deep, and looks one level into the attributes of
+a plain object it reaches (a method bound to a class that holds a module).
 """
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ import torch
 
 from foldexp.blocks._ops import RANDOM_MODULES
 
-__all__ = ["reached_state"]
+__all__ = ["reached_state", "MAX_DEPTH"]
+
+#: How many functions deep the search follows helpers (the function given is depth 0).
+MAX_DEPTH = 4
+
+_CALLABLES = (functools.partial, types.MethodType, types.FunctionType)
 
 
 def reached_state(fn: Callable[..., Any], random: bool) -> list[str]:
@@ -30,7 +37,7 @@ def reached_state(fn: Callable[..., Any], random: bool) -> list[str]:
         return []
     found: list[str] = []
     seen: set[int] = set()
-    for where, obj in _reached(fn, depth=0):
+    for where, obj in _reached(fn, depth=0, visited=set()):
         if id(obj) in seen:
             continue
         seen.add(id(obj))
@@ -40,13 +47,25 @@ def reached_state(fn: Callable[..., Any], random: bool) -> list[str]:
     return found
 
 
-def _reached(fn: Any, depth: int) -> Iterator[tuple[str, Any]]:
-    """``(where, object)`` for what ``fn`` holds: a partial's function and arguments, a bound
-    method's object, a function's closure, defaults and the globals its code names."""
-    if depth > 2:
+def _reached(fn: Any, depth: int, visited: set[int]) -> Iterator[tuple[str, Any]]:
+    """``(where, object)`` for what ``fn`` holds -- a partial's function and arguments, a bound
+    method's object, a function's closure, defaults and the globals its code names -- and, for
+    each function among them, what that function holds (``visited``: the ids already searched,
+    so a function that names itself is searched once)."""
+    if depth > MAX_DEPTH or id(fn) in visited:
         return
+    visited.add(id(fn))
+    for where, obj in _held(fn, depth, visited):
+        yield where, obj
+        if isinstance(obj, _CALLABLES):
+            for inner, value in _reached(obj, depth + 1, visited):
+                yield f"{inner}, inside {where}", value
+
+
+def _held(fn: Any, depth: int, visited: set[int]) -> Iterator[tuple[str, Any]]:
+    """What ``fn`` itself holds (see ``_reached``)."""
     if isinstance(fn, functools.partial):
-        yield from _reached(fn.func, depth + 1)
+        yield from _reached(fn.func, depth + 1, visited)
         for value in (*fn.args, *fn.keywords.values()):
             yield "an argument bound by functools.partial", value
         return
@@ -82,6 +101,28 @@ def _hidden_state(obj: Any, random: bool) -> str | None:
         ):
             return f"{type(obj).__name__}, random in training"
         return None
-    if isinstance(obj, torch.Tensor) and obj.requires_grad:
-        return f"a tensor of shape {tuple(obj.shape)} that requires grad"
+    if isinstance(obj, torch.Tensor):
+        return (
+            f"a tensor of shape {tuple(obj.shape)} that requires grad"
+            if obj.requires_grad
+            else None
+        )
+    if _plain_object(obj):
+        # A method bound to a plain class that keeps its layers as attributes.
+        held = (_hidden_state(v, random) for v in vars(obj).values() if _state_like(v))
+        return next((w for w in held if w), None)
     return None
+
+
+def _state_like(value: Any) -> bool:
+    return isinstance(value, (torch.nn.Module, torch.Tensor, list, tuple, dict))
+
+
+def _plain_object(obj: Any) -> bool:
+    """An instance of a user's class with attributes: not a class, module, function or one of
+    Python's own values."""
+    return (
+        hasattr(obj, "__dict__")
+        and not isinstance(obj, (type, types.ModuleType, *_CALLABLES, types.BuiltinFunctionType))
+        and type(obj).__module__ != "builtins"
+    )

@@ -35,8 +35,33 @@ def _default_arg(x: torch.Tensor, layer: nn.Module = GLOBAL_LINEAR) -> torch.Ten
     return layer(x)
 
 
+def _helper(x: torch.Tensor) -> torch.Tensor:  # a helper that calls a module
+    return GLOBAL_LINEAR(x)
+
+
+def _countdown(x: torch.Tensor, n: int = 2) -> torch.Tensor:  # names itself: no endless search
+    return x if n == 0 else _countdown(torch.tanh(x), n - 1)
+
+
+class _PlainHolder:  # not a module: a class that keeps a layer as an attribute
+    def __init__(self) -> None:
+        self.lin = nn.Linear(3, 3)
+
+    def apply_lin(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
 WEIGHT = torch.randn(3, 3, requires_grad=True)
 CASES = {
+    "helper": (
+        lambda x: _helper(x) + 1,
+        "global `GLOBAL_LINEAR`, inside global `_helper` (Linear with 12",
+    ),
+    "helper in closure": (
+        _closure_over(_closure_over(nn.Linear(3, 3))),
+        "`module` from its closure, inside `module` from its closure (Linear with 12",
+    ),
+    "plain object": (_PlainHolder().apply_lin, "`_PlainHolder` object the method is bound to"),
     "closure": (_closure_over(nn.Linear(3, 3)), "`module` from its closure (Linear with 12"),
     "global": (lambda x: GLOBAL_LINEAR(x), "global `GLOBAL_LINEAR` (Linear with 12"),
     "default": (_default_arg, "a default argument (Linear with 12"),
@@ -68,6 +93,9 @@ def test_constants_frozen_modules_and_declared_randomness_are_accepted() -> None
         (lambda x: frozen(x) * scale, False),
         (lambda x: drop(x), True),
         (lambda x: torch.tanh(x) + 1, False),
+        (lambda x: _countdown(x) * scale, False),
+        (torch.nn.functional.relu, False),
+        (functools.partial(torch.nn.functional.leaky_relu, negative_slope=0.1), False),
     ):
         Compiler(fb.Vector(3) >> fb.Function(fn, random=random))
     check_block(fb.Vector(3) >> fb.Function(lambda x: frozen(x) * scale), [[1.0, 2, 3], [0, 1, 0]])
