@@ -25,6 +25,7 @@ import torch
 from tqdm import tqdm
 
 from foldexp.blocks import InputError
+from foldexp.data.molecule_csv import sniff_text_delimiter
 from foldexp.train.artifacts import write_text
 from foldexp.train.runs import TrainedRun, load_trained
 
@@ -33,8 +34,11 @@ __all__ = ["run_predict", "read_inputs", "input_reader"]
 Parsed = list[tuple[Any | None, str | None]]
 
 
-def input_reader(run: TrainedRun) -> tuple[str | None, Callable[[list[str]], Parsed]]:
-    """The run's input column (``None``: one input a line) and its parser (texts → examples)."""
+def input_reader(
+    run: TrainedRun, source: str = "<input>"
+) -> tuple[str | None, Callable[[list[str]], Parsed]]:
+    """The run's input column (``None``: one input a line) and its parser (texts → examples);
+    ``source`` names the inputs' file in a tree's parse errors."""
     dataset = run.config["dataset"]
     target = str(dataset.get("_target_", ""))
     if "smiles_column" in dataset:
@@ -52,7 +56,8 @@ def input_reader(run: TrainedRun) -> tuple[str | None, Callable[[list[str]], Par
         from foldexp.experiments.tree_inputs import tree_inputs
 
         def trees(lines: list[str]) -> Parsed:
-            return tree_inputs(lines, collapse_unary=bool(dataset.get("collapse_unary", False)))
+            collapse = bool(dataset.get("collapse_unary", False))
+            return tree_inputs(lines, collapse_unary=collapse, source=source)
 
         return None, trees
     raise ValueError(
@@ -71,27 +76,89 @@ def _open_text(path: str) -> io.TextIOBase:
 
 
 def read_inputs(path: str, column: str | None) -> tuple[str, list[str]]:
-    """``(column name, inputs)``: the column of a CSV whose header has it, else every non-empty
-    line. A non-UTF-8 file fails naming its line."""
+    """``(column name, inputs)`` of ``path``.
+
+    With ``column`` (a molecule or text run): a CSV whose header names it (exactly, or in another
+    case when one name alone matches), its separator found as training finds it (comma, tab or
+    semicolon), gives that column of every non-blank record; a CSV whose header lacks it is
+    refused, listing its columns; any other file is one input a line. Without ``column`` (a
+    tree run) every line is an input. One input a line keeps blank lines (an "empty input" row
+    each, so rows keep the file's line numbers) but drops those at the end.
+
+    Raises:
+        ValueError: a file that is not UTF-8, a CSV without the column, a record whose width
+            differs from the header's (naming its line).
+    """
+    text = _read_text(path)
+    if column is not None:
+        found = _csv_column(path, text, column)
+        if found is not None:
+            return found
+    lines = text.splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return column or "input", [line.strip() for line in lines]
+
+
+def _read_text(path: str) -> str:
     with _open_text(path) as f:
         try:
-            text = f.read()
+            return f.read()
         except UnicodeDecodeError as exc:
             raise ValueError(
                 f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8"
             ) from None
-    lines = text.splitlines()
-    if column is not None and lines:
-        header = next(csv.reader([lines[0]]))
-        if column in [h.strip() for h in header]:
-            reader = csv.DictReader(io.StringIO(text))
-            reader.fieldnames = [h.strip() for h in reader.fieldnames or []]
-            values = []
-            for row in reader:
-                value = row.get(column)
-                values.append("" if value is None else value.strip())
-            return column, values
-    return column or "input", [line.strip() for line in lines if line.strip()]
+
+
+def _csv_column(path: str, text: str, column: str) -> tuple[str, list[str]] | None:
+    """``column`` of ``text`` read as a CSV; ``None`` when the text is not a CSV with a header
+    (a list of inputs, one a line)."""
+    delimiter = sniff_text_delimiter(text)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    try:
+        header = [name.strip() for name in next(reader, [])]
+        index = _column_index(header, column)
+        if index is None:
+            if _is_table(text, delimiter, len(header)):
+                names = ", ".join(repr(name) for name in header)
+                raise ValueError(
+                    f"{path}: no column {column!r} in the header ({names}); name the input "
+                    "column with --column"
+                )
+            return None
+        values = []
+        for record in reader:
+            if not any(cell.strip() for cell in record):
+                continue  # a blank record holds no input
+            if len(record) != len(header):
+                raise ValueError(
+                    f"{path}:{reader.line_num}: {len(record)} fields, but the header has "
+                    f"{len(header)}; quote a field that holds {delimiter!r}"
+                )
+            values.append(record[index].strip())
+    except csv.Error as exc:
+        raise ValueError(f"{path}:{reader.line_num}: not valid CSV: {exc}") from None
+    return header[index], values
+
+
+def _column_index(header: list[str], column: str) -> int | None:
+    """Where ``column`` is in ``header``: by its exact name, else by the one name equal to it
+    in another case (``smiles`` for ``SMILES``)."""
+    if column in header:
+        return header.index(column)
+    folded = [i for i, name in enumerate(header) if name.casefold() == column.casefold()]
+    return folded[0] if len(folded) == 1 else None
+
+
+def _is_table(text: str, delimiter: str, width: int) -> bool:
+    """A header of several fields whose next lines have as many: a CSV, not lines of text that
+    happen to hold a comma."""
+    if width < 2:
+        return False
+    rows = [line for line in text.splitlines()[1:6] if line.strip()]
+    return bool(rows) and all(
+        len(next(csv.reader([row], delimiter=delimiter), [])) == width for row in rows
+    )
 
 
 def _predict_batch(run: TrainedRun, examples: Sequence[Any]) -> torch.Tensor:
@@ -149,7 +216,7 @@ def run_predict(
             f"foldexp predict: {type(run.model).__name__} has no predict(batch) method "
             "(foldexp.models.contract)"
         )
-    run_column, parse = input_reader(run)
+    run_column, parse = input_reader(run, "<stdin>" if input_path == "-" else input_path)
     name, values = read_inputs(input_path, column or run_column)
     columns = list(run.model.prediction_columns())
     outcomes = _predict_all(run, parse(values), batch_size, _show(progress))

@@ -105,8 +105,12 @@ _BOND = {b: _P["bond=single"] + k for k, b in enumerate(_BONDS)}
 def parse_smiles(smiles: str) -> Chem.Mol | None:
     """Parse and sanitise a SMILES string with RDKit; ``None`` if invalid or without atoms.
 
-    RDKit's own log messages are silenced: callers report invalid rows themselves.
+    RDKit's own log messages are silenced: callers report invalid rows themselves. A SMILES
+    with whitespace inside is invalid: RDKit reads what follows a space as the molecule's name,
+    so ``CCO c1ccccc1`` would silently be ethanol.
     """
+    if any(ch.isspace() for ch in smiles.strip()):
+        return None
     with rdBase.BlockLogs():
         mol = Chem.MolFromSmiles(smiles)
     if mol is None or mol.GetNumAtoms() == 0:

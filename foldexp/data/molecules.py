@@ -174,7 +174,8 @@ class MoleculeDataset(Sequence[MoleculeGraph]):
 def _describe_invalid(path: Path, invalid: list[tuple[int, str]]) -> str:
     shown = "; ".join(f"row {row} (line {row + 1}): {s!r}" for row, s in invalid[:_SHOW_INVALID])
     more = f"; and {len(invalid) - _SHOW_INVALID} more" if len(invalid) > _SHOW_INVALID else ""
-    return f"{path}: {len(invalid)} invalid SMILES (RDKit could not parse them): {shown}{more}"
+    why = "RDKit could not parse them, or they hold spaces"
+    return f"{path}: {len(invalid)} invalid SMILES ({why}): {shown}{more}"
 
 
 # ---------------------------------------------------------------------- loading

@@ -27,6 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from foldexp.data.errors import FormatError
+from foldexp.data.molecule_csv import sniff_text_delimiter
 from foldexp.data.trees import Tree
 
 __all__ = [
@@ -198,7 +199,8 @@ def read_text_csv(
     label_column: str,
     split_column: str | None = None,
 ) -> list[TextRow]:
-    """Every non-blank record of a CSV (or CSV.gz, known by its magic bytes) with a header row.
+    """Every non-blank record of a CSV (or CSV.gz, known by its magic bytes) with a header row,
+    its separator (comma, tab or semicolon) found as for molecule CSVs (``sniff_delimiter``).
 
     Args:
         path: The file.
@@ -208,12 +210,15 @@ def read_text_csv(
     Raises:
         FileNotFoundError: ``path`` does not exist.
         FormatError: The file is not UTF-8 (naming the line), is not valid CSV (naming the
-            line), is empty, or lacks a named column (listing the header's columns).
+            line), is empty, lacks a named column (listing the header's columns), or has a
+            record with more fields than the header (naming its line).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist (expected a CSV or CSV.gz file)")
-    reader = csv.reader(io.StringIO(_decode(path), newline=""))
+    text = _decode(path)
+    delimiter = sniff_text_delimiter(text)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     rows: list[TextRow] = []
     try:
         header = [name.strip() for name in next(reader, [])]
@@ -232,6 +237,12 @@ def read_text_csv(
             where[role] = header.index(column)
         start = reader.line_num + 1
         for record in reader:
+            if len(record) > len(header):
+                # An unquoted separator in the text: a later cell would be read as the label.
+                raise FormatError(
+                    f"{path}:{start}: {len(record)} fields, but the header has {len(header)}; "
+                    f"quote a text that holds {delimiter!r}"
+                )
             if any(cell.strip() for cell in record):
                 text, label, split = (
                     _cell(record, where.get(r)) for r in ("text", "label", "split")

@@ -273,6 +273,8 @@ def molecule_inputs(values: list[str]) -> list[tuple[MoleculeGraph | None, str |
             why = (
                 "empty SMILES"
                 if not smiles
+                else f"invalid SMILES {smiles!r} (a SMILES holds no spaces)"
+                if any(ch.isspace() for ch in smiles)
                 else f"invalid SMILES {smiles!r} (RDKit cannot parse it)"
             )
             out.append((None, why))

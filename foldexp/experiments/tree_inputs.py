@@ -63,7 +63,7 @@ def _split_phrases(tree: Tree) -> Tree:
 
 
 def tree_inputs(
-    lines: list[str], *, collapse_unary: bool = False
+    lines: list[str], *, collapse_unary: bool = False, source: str = "<input>"
 ) -> list[tuple[Tree | None, str | None]]:
     """Each line as ``(tree, None)``, or ``(None, why)`` when it cannot be one; never raises.
 
@@ -72,7 +72,8 @@ def tree_inputs(
     not integers (``(S (NP the cat) (VP sat))``) every label becomes -1 and a leaf of several
     words becomes a right-branching subtree of them; integer-labelled trees are read as the
     training files are (an SST leaf such as ``(2 8 1/2)`` is one word). ``collapse_unary``: as
-    ``dataset.collapse_unary`` of the run.
+    ``dataset.collapse_unary`` of the run. ``source`` names the lines' file in parse errors
+    (line ``k`` of ``lines`` is its line ``k``).
     """
     out: list[tuple[Tree | None, str | None]] = []
     for number, line in enumerate(lines, start=1):
@@ -83,7 +84,7 @@ def tree_inputs(
                 continue
             if text.startswith("("):
                 relabelled = _integer_labels(text)
-                tree = parse_tree(relabelled, path="<input>", line=number)
+                tree = parse_tree(relabelled, path=source, line=number)
                 if relabelled != text:
                     tree = _split_phrases(tree)
             elif "(" in text or ")" in text:

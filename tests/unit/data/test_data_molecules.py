@@ -73,6 +73,9 @@ def test_invalid_smiles_parse_to_none():
     assert parse_smiles("C1CC") is None
     assert parse_smiles("not a smiles") is None
     assert parse_smiles("") is None
+    # RDKit alone reads what follows a space as a name: both would be ethanol.
+    assert parse_smiles("CCO c1ccccc1") is None and parse_smiles("CCO\tethanol") is None
+    assert parse_smiles(" CCO ") is not None  # surrounding whitespace is not part of it
 
 
 CSV = "name,smiles,y1,y2\na,CCO,1.5,\nb,c1ccccc1,-2,3\nc, CC(=O)O ,nan,4\n"

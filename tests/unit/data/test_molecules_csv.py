@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from foldexp.data.errors import DataWarning, FormatError, MoleculeError
-from foldexp.data.molecule_csv import read_csv_column, sniff_delimiter
+from foldexp.data.molecule_csv import read_csv_column, sniff_delimiter, sniff_text_delimiter
 from foldexp.data.molecules import check_molecule_csv, load_molecule_csv
 from foldexp.data.splits import column_split
 from foldexp.models.scores import average_precision, roc_auc
@@ -58,6 +58,24 @@ def test_sniff_delimiter_prefers_comma_on_a_tie() -> None:
     assert sniff_delimiter("smiles\ty") == "\t"
     assert sniff_delimiter("smiles") == ","
     assert sniff_delimiter("a;b,c") == ","
+
+
+def test_sniff_delimiter_reads_the_rows_too() -> None:
+    # Column names holding commas in a tab file: the rows agree with tabs only.
+    header = "SMILES\tlogP, measured\tlogP, predicted"
+    assert sniff_delimiter(header, ["CCO\t-0.3\t-0.1", "c1ccccc1\t2.1\t2.0"]) == "\t"
+    assert sniff_delimiter(header) == ","  # the header alone: comma on the tie
+    # A quoted semicolon is one field; the rows agree with semicolons.
+    assert sniff_delimiter('name;"a;b";smiles', ["x;1;CCO", "y;2;CCN"]) == ";"
+    # Rows that agree with no separator leave the header's count to decide.
+    assert sniff_delimiter("smiles;y;z", ["CCO,1", "CCN"]) == ";"
+    assert sniff_text_delimiter("SMILES\tlogP, m\n\nCCO\t1.5\n") == "\t"
+
+
+def test_a_tab_file_whose_column_names_hold_commas(tmp_path) -> None:
+    path = tmp_path / "tab.csv"
+    path.write_text("SMILES\tlogP, measured\tlogP, predicted\nCCO\t-0.31\t-0.2\nCCN\t-0.13\t0.1\n")
+    assert read_csv_column(path, "logP, measured") == {1: "-0.31", 2: "-0.13"}
 
 
 # ---------------------------------------------------------------------- refusals

@@ -30,6 +30,12 @@ SMILES = [
 SIZES = ["model.atom_size=8", "model.pair_size=6", "model.graph_size=8", "model.mlp_size=8"]
 
 
+def _lines(folder: Path, inputs: list[str]) -> Path:
+    path = folder / "lines.txt"
+    path.write_text("".join(f"{x}\n" for x in inputs))
+    return path
+
+
 def _csv(path: Path, smiles: list[str], column: str = "smiles") -> Path:
     path.write_text(f"{column},size\n" + "".join(f"{s},{len(s) / 10:.1f}\n" for s in smiles))
     return path
@@ -88,6 +94,47 @@ def test_gzip_lines_and_stdin_give_the_same_predictions(
         assert [r["size"] for r in again] == [r["size"] for r in plain]
     printed = capsys.readouterr().out.splitlines()
     assert printed.count("smiles,size,error") == 3 and len(printed) == 3 * 6  # to stdout
+
+
+def test_semicolon_and_tab_files_and_another_case_of_the_column(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    plain = run_predict(run, str(_csv(tmp_path / "a.csv", SMILES[:4])))
+    body = "".join(f"x{i};{s};1" for i, s in enumerate(SMILES[:4]))
+    semicolon = tmp_path / "semi.csv"
+    semicolon.write_text("Name;SMILES;size, measured\n" + body.replace("1x", "1\nx") + "\n")
+    tab = tmp_path / "tab.tsv"
+    tab.write_text("id\tsmiles\n" + "".join(f"{i}\t{s}\n" for i, s in enumerate(SMILES[:4])))
+    for source in (semicolon, tab):
+        rows = run_predict(run, str(source))
+        assert [r["size"] for r in rows] == [r["size"] for r in plain], source.name
+    capsys.readouterr()
+
+
+def test_a_csv_without_the_column_or_with_a_ragged_row_is_refused(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    other = tmp_path / "other.csv"
+    other.write_text("molecule,y\nCCO,1\nCCN,2\n")
+    with pytest.raises(ValueError, match=r"no column 'smiles' in the header \('molecule', 'y'\)"):
+        run_predict(run, str(other))
+    with pytest.raises(SystemExit) as stop:
+        cli_main(["predict", str(run), str(other)])
+    assert stop.value.code == 2 and "--column" in capsys.readouterr().err
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("smiles,y\nCCO,1\nCCN,2,3\n")
+    with pytest.raises(ValueError, match=r"ragged.csv:3: 3 fields, but the header has 2"):
+        run_predict(run, str(ragged))
+
+
+def test_one_input_a_line_keeps_blank_lines_as_rows(run: Path, tmp_path: Path) -> None:
+    lines = tmp_path / "in.txt"
+    lines.write_text("CCO\n\nc1ccccc1\n\n\n")
+    rows = run_predict(run, str(lines), tmp_path / "out.csv")
+    assert [r["smiles"] for r in rows] == ["CCO", "", "c1ccccc1"]  # trailing blanks dropped
+    assert rows[1]["error"] == "empty SMILES" and rows[2]["error"] == ""
+    spaced = run_predict(run, str(_lines(tmp_path, ["CCO ethanol"])))
+    assert spaced[0]["error"] == "invalid SMILES 'CCO ethanol' (a SMILES holds no spaces)"
 
 
 def test_the_cli_writes_a_csv_and_says_how_many_rows_failed(

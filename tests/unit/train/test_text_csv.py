@@ -87,6 +87,20 @@ def test_gzip_is_known_by_its_magic_bytes(tmp_path: Path) -> None:
     )
 
 
+def test_tab_files_read_and_an_unquoted_separator_is_refused(tmp_path: Path) -> None:
+    plain = _csv(tmp_path / "a.csv", ROWS)
+    tab = tmp_path / "a.tsv"  # texts with commas, unquoted: a tab file needs no quotes
+    tab.write_text("review\tsentiment\n" + "".join(f"{t}, really\t{y}\n" for t, y in ROWS))
+    got = read_text_csv(tab, "review", "sentiment")
+    assert [(r.text, r.label) for r in got] == [
+        (r.text + ", really", r.label) for r in read_text_csv(plain, "review", "sentiment")
+    ]
+    unquoted = tmp_path / "u.csv"
+    unquoted.write_text("review,sentiment\ngreat,pos\nawful, just awful,neg\n")
+    with pytest.raises(FormatError, match=r"u.csv:3: 3 fields, but the header has 2; quote"):
+        read_text_csv(unquoted, "review", "sentiment")
+
+
 def test_split_column(tmp_path: Path) -> None:
     names = ["train", "train", "TRAIN", "train", "valid", "dev", "test", "test", "train", "train"]
     rows = [(text, label, split) for (text, label), split in zip(ROWS, names)]

@@ -198,6 +198,8 @@ def test_tree_inputs_read_trees_sentences_and_refuse_per_row() -> None:
     assert [error is None for _, error in rows] == [True] * 4 + [False] * 3
     assert rows[4][1] == "empty input"
     assert rows[5][1].startswith("<input>:6:")
+    named = tree_inputs(["(3 (2 It) (4 works))", "", "(2 (2 unclosed)"], source="new.txt")
+    assert named[2][1].startswith("new.txt:3:")  # the file's own line: blank lines count
     collapsed = tree_inputs(["( (S (NP (DT the) (NN cat)) (VP (VBD sat))))"], collapse_unary=True)
     assert collapsed[0][0].to_ptb() == "(-1 (-1 (-1 the) (-1 cat)) (-1 sat))"
 
