@@ -184,8 +184,14 @@ def _eval(argv: list[str]) -> int:
 def _data(argv: list[str]) -> int:
     from foldexp.experiments.data_stats import KINDS
 
+    # ``--data-dir DIR`` may come first, as for the named datasets: kept, moved after the kind.
+    lead: list[str] = []
+    while argv and argv[0].startswith("--data-dir"):
+        n = 1 if "=" in argv[0] else 2
+        lead, argv = lead + argv[:n], argv[n:]
     if len(argv) >= 2 and argv[0] in ("stats", "import") and argv[1] in KINDS:
-        return _own_data(argv)
+        return _own_data(argv + lead)
+    argv = lead + argv
     from foldexp.data.cli import main as data_main
 
     return data_main(argv)

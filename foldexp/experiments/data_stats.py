@@ -12,6 +12,8 @@ histograms. ``import`` checks the files that way and copies them into the data f
 
 from __future__ import annotations
 
+import filecmp
+import shlex
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -66,7 +68,8 @@ def stats_rows(bundle: Any) -> tuple[pd.DataFrame, dict[str, dict[str, np.ndarra
             row[f"{key} labelled"] = int(values.size)
             row[f"{key} mean"] = float(values.mean())
         rows[split] = row
-        samples[split] = {c: sizes[c].to_numpy() for c in sizes}
+        if examples:  # an empty split has nothing to draw
+            samples[split] = {c: sizes[c].to_numpy() for c in sizes}
     table = pd.DataFrame.from_dict(rows, orient="index")
     table.index.name = "split"
     return table, samples
@@ -78,10 +81,11 @@ def dataset_stats(kind: str, cfg: Any, out_dir: str | Path) -> int:
     from foldexp.data.commands import markdown_table, save_histograms
 
     table, samples = stats_rows(build_dataset(cfg))
-    png = Path(out_dir) / f"{kind}.png"
-    save_histograms(samples, f"{kind} ({cfg.get('path', '')})", png)
     print(markdown_table(table))
-    print(f"\nhistograms: {png}")
+    if samples:
+        png = Path(out_dir) / f"{kind}.png"
+        save_histograms(samples, f"{kind} ({cfg.get('path', '')})", png)
+        print(f"\nhistograms: {png}")
     return 0
 
 
@@ -92,6 +96,11 @@ def import_files(kind: str, cfg: Any, overrides: Sequence[str], data_dir: str | 
     bundle = build_dataset(cfg)
     source = Path(str(cfg.path))
     target = Path(data_dir) / kind / source.name
+    if _differs(source, target):
+        raise FileExistsError(
+            f"{target} exists and holds another {'folder' if source.is_dir() else 'file'}: "
+            f"remove it, or rename {source} before importing it"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     if source.is_dir():
         shutil.copytree(source, target, dirs_exist_ok=True)
@@ -101,5 +110,28 @@ def import_files(kind: str, cfg: Any, overrides: Sequence[str], data_dir: str | 
     print(f"installed {target}; train on it with:")
     keys = [f"dataset.{o.removeprefix('dataset.')}" for o in overrides]
     rest = [k for k in keys if not k.startswith("dataset.path=")]
-    print(f"  foldexp train experiment={kind} dataset.path={target} {' '.join(rest)}".rstrip())
+    words = [f"experiment={kind}", f"dataset.path={target}", *rest]
+    print("  foldexp train " + " ".join(_shell_word(w) for w in words))
     return 0
+
+
+def _shell_word(word: str) -> str:
+    """``word`` as a shell reads it back: bare when it can be, else in double quotes (Hydra's
+    own ``"dataset.targets=['a b']"`` style) when nothing in it is special there."""
+    if shlex.quote(word) == word:
+        return word
+    if not any(c in word for c in '"$`\\!'):
+        return f'"{word}"'
+    return shlex.quote(word)
+
+
+def _differs(source: Path, target: Path) -> bool:
+    """Copying ``source`` (a file or a folder) to ``target`` would replace a file that holds
+    something else."""
+    if not target.exists():
+        return False
+    if source.is_dir():
+        return not target.is_dir() or any(
+            _differs(f, target / f.relative_to(source)) for f in source.rglob("*") if f.is_file()
+        )
+    return not target.is_file() or not filecmp.cmp(source, target, shallow=False)

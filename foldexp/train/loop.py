@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from foldexp.config import enum_value
 from foldexp.experiments.build import build_dataset, build_model, check_vectors
@@ -178,9 +178,26 @@ def _build(
     check_vectors(cfg.dataset, cfg.model, bundle.info)
     model = build_model(cfg.model, bundle.info).to(device)
     if ctx.is_main:
-        write_run_info(out_dir, cfg, bundle.info)
+        write_run_info(out_dir, _absolute_data_paths(cfg), bundle.info)
     prepare_for_training(model, RunSetup(bundle.train, cfg.trainer.eval_batch_size))
     return bundle, model
+
+
+_DATA_PATH_KEYS = ("path", "word_vectors")  # files the dataset reads, relative to the cwd
+
+
+def _absolute_data_paths(cfg: DictConfig) -> DictConfig:
+    """``cfg`` with the dataset's files as absolute paths, for ``run_info.json``: ``foldexp
+    eval RUN`` from another folder reads the same files. A path that does not exist from here
+    stays as it is (the dataset resolved it some other way)."""
+    out = cfg.copy()
+    with open_dict(out):
+        for key in _DATA_PATH_KEYS:
+            value = out.dataset.get(key)
+            if isinstance(value, str) and value and not os.path.isabs(value):
+                if os.path.exists(value):
+                    out.dataset[key] = os.path.abspath(value)
+    return out
 
 
 def _start(

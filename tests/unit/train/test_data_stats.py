@@ -72,3 +72,40 @@ def test_import_refuses_a_bad_file_and_installs_nothing(
         cli_main(["data", "import", "text_csv", *args, "--data-dir", str(data_dir)])
     assert "bad.csv" in capsys.readouterr().err
     assert not (data_dir / "text_csv").exists()
+
+
+def test_stats_with_an_empty_split_print_its_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    path = tmp_path / "three.csv"  # 0.8 / 0.1 / 0.1 of three reviews leaves dev empty
+    path.write_text("review,stars\n" + "".join(f"{t},{s}\n" for t, s in REVIEWS[:3]))
+    args = [f"path={path}", "text_column=review", "label_column=stars"]
+    assert cli_main(["data", "stats", "text_csv", *args, "--out", str(tmp_path / "o")]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:5]
+    assert [row.split(" | ")[:2] for row in rows] == [
+        ["| train", "2"],
+        ["| dev", "0"],
+        ["| test", "1"],
+    ]
+
+
+def test_import_quotes_what_it_prints_and_keeps_another_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    source = tmp_path / "energy.csv"
+    source.write_text("review,the stars\n" + "".join(f"{t},{s}\n" for t, s in REVIEWS))
+    data_dir = tmp_path / "data"
+    args = [f"path={source}", "text_column=review", "label_column=the stars"]
+    # --data-dir before the command, as for the named datasets
+    assert cli_main(["data", "--data-dir", str(data_dir), "import", "text_csv", *args]) == 0
+    assert '"dataset.label_column=the stars"' in capsys.readouterr().out  # pasteable
+    assert cli_main(["data", "import", "text_csv", *args, "--data-dir", str(data_dir)]) == 0
+    other = tmp_path / "other" / "energy.csv"  # the same name, other rows
+    other.parent.mkdir()
+    other.write_text(source.read_text().replace("pos", "neg"))
+    with pytest.raises(SystemExit):
+        cli_main(
+            ["data", "import", "text_csv", f"path={other}", *args[1:], "--data-dir", str(data_dir)]
+        )
+    assert "exists and holds another file" in capsys.readouterr().err
+    assert (data_dir / "text_csv" / "energy.csv").read_text() == source.read_text()

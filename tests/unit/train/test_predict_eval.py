@@ -152,6 +152,23 @@ def test_eval_scores_another_file_with_the_runs_statistics(run: Path, tmp_path: 
     assert saved["dev_rmse"] == scored["dev_rmse"] > 0 and saved["split"] == "dev"
 
 
+def test_a_relative_data_path_is_saved_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    _csv(Path("train.csv"), SMILES)
+    overrides = ["experiment=molecules_csv", "dataset.path=train.csv", "dataset.targets=[size]",
+                 "dataset.cache_dir=null", "trainer.epochs=1", "trainer.batch_size=8",
+                 "trainer.progress=false", "trainer.plots=false", *SIZES]  # fmt: skip
+    out = tmp_path / "run"
+    run_train(compose_config(overrides, out))
+    saved = json.loads((out / "run_info.json").read_text())["config"]["dataset"]
+    assert saved["path"] == str(tmp_path / "here" / "train.csv")
+    monkeypatch.chdir(tmp_path)  # eval from another folder reads the same file
+    assert run_eval(out, [], split="test")["test_rmse"] > 0
+
+
 def test_eval_refuses_a_file_of_another_task_and_unknown_keys(run: Path, tmp_path: Path) -> None:
     other = tmp_path / "two.csv"
     other.write_text("smiles,size,mass\n" + "".join(f"{s},1.0,2.0\n" for s in SMILES))
