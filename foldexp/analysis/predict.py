@@ -220,7 +220,7 @@ def run_predict(
     name, values = read_inputs(input_path, column or run_column)
     columns = list(run.model.prediction_columns())
     outcomes = _predict_all(run, parse(values), batch_size, _show(progress))
-    header = [name, *columns, "error"]
+    header = [name, *columns, _free_name("error", [name, *columns])]
     rows = []
     for value, outcome in zip(values, outcomes):
         if isinstance(outcome, list):
@@ -233,6 +233,11 @@ def run_predict(
     else:
         write_text(output, text)
     return [dict(zip(header, row)) for row in rows]
+
+
+def _free_name(name: str, taken: Sequence[str]) -> str:
+    """``name``, or ``predict_<name>`` when an input or prediction column has it already."""
+    return name if name not in taken else f"predict_{name}"
 
 
 def _show(progress: bool | None) -> bool:

@@ -136,6 +136,12 @@ def _column_indices(path: Path, header: list[str], columns: Sequence[str]) -> li
         raise MoleculeError(
             f"{path}:1: expected column(s) {missing} in the header; the columns are {header}"
         )
+    twice = sorted({c for c in columns if columns.count(c) > 1 or header.count(c) > 1})
+    if twice:
+        raise MoleculeError(
+            f"{path}:1: column(s) {twice} named twice (in the header or in the columns asked "
+            f"for): which one is meant is ambiguous; the columns are {header}"
+        )
     return [header.index(c) for c in columns]
 
 

@@ -99,6 +99,15 @@ def test_an_all_empty_target_column_is_refused_by_name(tmp_path: Path) -> None:
         load_molecule_csv(path, target_columns=["y", "z"])
 
 
+def test_a_column_named_twice_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(MoleculeError, match=r"mols\.csv:1: column\(s\) \['y'\] named twice"):
+        load_molecule_csv(_write(tmp_path, "smiles,y,y\nCCO,1,2\n"), target_columns=["y"])
+    with pytest.raises(MoleculeError, match=r"column\(s\) \['y'\] named twice"):
+        load_molecule_csv(_write(tmp_path, "smiles,y\nCCO,1\n"), target_columns=["y", "y"])
+    # a repeated column no one asks for is harmless
+    load_molecule_csv(_write(tmp_path, "smiles,y,note,note\nCCO,1,a,b\n"), target_columns="y")
+
+
 def test_header_only_and_empty_files_are_refused(tmp_path: Path) -> None:
     with pytest.raises(MoleculeError, match=r"mols\.csv: has a header but no data rows"):
         load_molecule_csv(_write(tmp_path, "smiles,y\n\n"), target_columns="y")

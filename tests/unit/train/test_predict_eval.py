@@ -169,6 +169,18 @@ def test_a_relative_data_path_is_saved_absolute(
     assert run_eval(out, [], split="test")["test_rmse"] > 0
 
 
+def test_a_target_named_error_keeps_its_column(tmp_path: Path) -> None:
+    data = _csv(tmp_path / "e.csv", SMILES).read_text().replace("smiles,size", "smiles,error")
+    (tmp_path / "e.csv").write_text(data)
+    overrides = ["experiment=molecules_csv", f"dataset.path={tmp_path / 'e.csv'}",
+                 "dataset.targets=[error]", "dataset.cache_dir=null", "trainer.epochs=1",
+                 "trainer.progress=false", "trainer.plots=false", *SIZES]  # fmt: skip
+    run_train(compose_config(overrides, tmp_path / "run"))
+    rows = run_predict(tmp_path / "run", str(_lines(tmp_path, ["CCO", "C1CC"])), tmp_path / "p")
+    assert list(rows[0]) == ["smiles", "error", "predict_error"]
+    assert rows[0]["error"] and not rows[0]["predict_error"] and rows[1]["predict_error"]
+
+
 def test_eval_refuses_a_file_of_another_task_and_unknown_keys(run: Path, tmp_path: Path) -> None:
     other = tmp_path / "two.csv"
     other.write_text("smiles,size,mass\n" + "".join(f"{s},1.0,2.0\n" for s in SMILES))
