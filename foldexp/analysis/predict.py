@@ -184,8 +184,17 @@ def _predict_all(run: TrainedRun, parsed: Parsed, batch_size: int, progress: boo
             try:
                 results[i] = _predict_batch(run, [parsed[i][0]])[0].tolist()
             except (InputError, ValueError, KeyError, IndexError) as exc:
-                results[i] = f"{type(exc).__name__}: {exc}"
+                results[i] = _reason(exc)
     return results
+
+
+def _reason(exc: Exception) -> str:
+    """What went wrong with one input, for its row: a block's message and where inside the
+    input, without the block's repr (a whole model) or the position in a batch of one."""
+    if isinstance(exc, InputError):
+        inside = "".join(f"[{p!r}]" for p in exc.path[1:])
+        return f"{exc.message} (at input{inside})" if inside else exc.message
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

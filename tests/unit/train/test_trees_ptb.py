@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from foldexp.analysis.predict import run_predict
 from foldexp.data.errors import FormatError
 from foldexp.data.sst import load_sst
 from foldexp.data.trees import NO_LABEL, Tree
@@ -63,6 +64,18 @@ def test_trains_on_a_folder_of_trees_by_config_alone(tmp_path: Path) -> None:
     assert not any("binary" in key for key in results)  # no sentiment metric unless asked
     info = json.loads((tmp_path / "run" / "run_info.json").read_text())["info"]
     assert info["num_classes"] == 3 and info["class_names"] == ["0", "1", "2"]
+
+
+def test_predict_keeps_each_line_a_row_with_a_short_reason(tmp_path: Path) -> None:
+    data = _folder(tmp_path / "trees", BINARY)
+    run_train(compose_config([*QUICK, f"dataset.path={data}"], tmp_path / "run"))
+    lines = tmp_path / "in.txt"
+    lines.write_text(f"{BINARY[0]}\n\n{WIDE[0]}\n(2 (1 unclosed)\n")
+    rows = run_predict(tmp_path / "run", str(lines), tmp_path / "out.csv")
+    reasons = [row["error"] for row in rows]
+    assert len(rows) == 4 and reasons[0] == "" and reasons[1] == "empty input"
+    assert "exactly two children" in reasons[2] and "OneOf(" not in reasons[2]
+    assert reasons[3].startswith(f"{lines}:4:")  # the file's own line
 
 
 def test_polarity_asks_for_the_binary_score(tmp_path: Path) -> None:
