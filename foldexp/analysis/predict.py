@@ -1,11 +1,14 @@
 """``foldexp predict RUN_DIR INPUT``: a trained run's predictions for new inputs, as a CSV.
 
 INPUT is a CSV or CSV.gz holding the run's input column (its SMILES or text column, or
-``--column``), a PTB file (one tree a line) for tree models, a plain text file with one input a
-line, or ``-`` for standard input. The output has the input, then one column per target or
-class (``prediction_columns()``: values in the targets' units, or class probabilities), then
-``error``: an input that cannot be read (an invalid SMILES, a malformed tree) gets a row with
-its error and empty predictions, never a failure of the whole file.
+``--column``; comma, tab or semicolon separated, found as training finds it), a PTB file (one
+tree a line) for tree models, a plain text file with one input a line (a blank line is an empty
+input: rows follow the file's lines), or ``-`` for standard input. The output has the input,
+then one column per target or class (``prediction_columns()``: values in the targets' units, or
+class probabilities), then ``error`` (``predict_error`` if a target has that name): an input
+that cannot be read (an invalid SMILES, a malformed tree) gets a row with its error and empty
+predictions, never a failure of the whole file. A CSV without the column, or with a record
+wider than its header, is refused as a whole.
 
 Inputs are batched through the engine (``collate`` + ``predict``), ``batch_size`` at a time; a
 batch that fails as a whole is retried one input at a time, so one bad input costs its row only.
