@@ -11,7 +11,8 @@ allowed.
 name. A config read back from a run folder (``results.json``, ``run_config.json``) is untrusted:
 ``check_registered`` refuses any ``_target_`` outside the registry, anywhere in it, naming the
 file and the key, so a crafted run folder cannot make ``foldexp ensemble``/``predict`` call
-arbitrary code.
+arbitrary code. ``check_run_config`` checks such a config in full before a model is rebuilt from
+it: registered targets of the right role (a model is a model), then ``check_config``'s checks.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "check_config",
     "check_bool_overrides",
     "check_registered",
+    "check_run_config",
     "import_target",
     "plain",
     "schema_for",
@@ -104,7 +106,12 @@ def check_registered(
     and ``allowed`` (targets the caller trusts, e.g. ``--allow-target my.Model``)."""
     for key, value in config.items():
         where = f"{path}.{key}" if path else str(key)
-        if key == "_target_" and value not in TARGETS and value not in allowed:
+        if key == "_target_" and not isinstance(value, str):
+            raise ConfigError(
+                f"{source}: {where}={value!r} is not a registered target name: a _target_ must be "
+                "a string naming one of foldexp's datasets, models or optimizers"
+            )
+        if key == "_target_" and not _is_registered(value, allowed):
             raise ConfigError(
                 f"{source}: {where}={value!r} is not one of foldexp's registered targets; a run "
                 "folder can only name foldexp's own datasets, models and optimizers (it may come "
@@ -117,6 +124,50 @@ def check_registered(
             for i, item in enumerate(value):
                 if isinstance(item, Mapping):
                     check_registered(item, source, f"{where}[{i}]", allowed)
+
+
+def _is_registered(target: Any, allowed: set[str] | frozenset[str]) -> bool:
+    """Whether ``target`` names a registered or allowed target; a file may hold any JSON value
+    there (a list, an object), and only a string can name one."""
+    return isinstance(target, str) and (target in TARGETS or target in allowed)
+
+
+#: The role of each config section a run folder's targets build, and the targets of that role.
+_ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "dataset": ("dataset", tuple(_defaults_target(c) for c in _DATASET_SCHEMAS)),
+    "model": ("model", tuple(_defaults_target(c) for c in _MODEL_SCHEMAS)),
+    "optimizer": ("optimizer", _OPTIMIZERS),
+}
+
+
+def check_run_config(
+    config: Mapping[str, Any], source: str, allowed: set[str] | frozenset[str] = frozenset()
+) -> None:
+    """Checks a config read back from a run folder (``source``) before anything is built from
+    it: every ``_target_`` registered (``check_registered``), each section's target of its role
+    (a model a model, not an optimizer; ``allowed`` targets may stand for a model), then the
+    schema checks ``foldexp train`` makes at compose time (``check_config``). Errors name
+    ``source`` and the key."""
+    check_registered(config, source, allowed=allowed)
+    for section in ("dataset", "model", "optimizer", *_GROUP_SCHEMAS, "logger"):
+        if config.get(section) is not None and not isinstance(config[section], Mapping):
+            raise ConfigError(f"{source}: {section} is {config[section]!r}; expected an object")
+    for section, (role, targets) in _ROLES.items():
+        node = config.get(section)
+        if section == "model" and not isinstance(node, Mapping):
+            raise ConfigError(f"{source}: config has no model section")
+        if not isinstance(node, Mapping) or "_target_" not in node:
+            continue
+        target = node["_target_"]
+        if target not in targets and not (section == "model" and target in allowed):
+            raise ConfigError(
+                f"{source}: {section}._target_={target!r} is not a foldexp {role}; the "
+                f"{role}s are {', '.join(targets)}"
+            )
+    try:
+        check_config(config)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
 
 
 def _check_value(key: str, value: Any, spec: dataclasses.Field) -> None:

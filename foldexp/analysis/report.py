@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from foldexp.data.errors import FormatError
 from foldexp.data.jsonfile import read_json
 from foldexp.train.artifacts import atomic_write, write_text
 
@@ -38,6 +39,11 @@ def collect_results(dirs: Sequence[str | Path]) -> pd.DataFrame:
             raise FileNotFoundError(f"foldexp report: {d} does not exist")
         for path in sorted(d.rglob("results.json")):
             data = read_json(path)  # a broken file fails naming itself, line and column
+            if not isinstance(data, dict):
+                raise FormatError(
+                    f"{path}: expected a JSON object of a run's results, found "
+                    f"{type(data).__name__} {str(data)[:40]}"
+                )
             row = {"run": str(path.parent), "overrides": _overrides(path.parent)}
             row.update({k: v for k, v in data.items() if not isinstance(v, (dict, list))})
             rows.append(row)
@@ -48,6 +54,19 @@ def collect_results(dirs: Sequence[str | Path]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _check_metric(df: pd.DataFrame, metric: str) -> None:
+    """Refuses a metric no run has, or a run whose value of it is not a number (a hand-edited
+    ``results.json``), naming the file: the table sorts and averages it."""
+    if metric not in df.columns:
+        numeric = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c])]
+        raise ValueError(f"metric {metric!r} is in no results.json; numeric columns: {numeric}")
+    for run, value in zip(df["run"], df[metric]):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if value is None or (isinstance(value, float) and value != value):
+                continue  # a run without the metric: left out of the means
+            raise FormatError(f"{Path(run) / 'results.json'}: {metric}={value!r} is not a number")
+
+
 def run_report(
     dirs: Sequence[str | Path],
     metric: str = "test_accuracy",
@@ -56,9 +75,7 @@ def run_report(
 ) -> pd.DataFrame:
     """Writes report.csv/.md/.png (and summary.csv/.md) into ``out_dir`` (default: first dir)."""
     df = collect_results(dirs)
-    if metric not in df.columns:
-        numeric = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c])]
-        raise KeyError(f"metric {metric!r} is in no results.json; numeric columns: {numeric}")
+    _check_metric(df, metric)
     df = df.sort_values(metric, ascending=ascending).reset_index(drop=True)
     out = Path(out_dir or dirs[0])
     cols = [

@@ -85,7 +85,8 @@ class Tensor(Block):
         ttype = TensorType(shape, dtype)
         super().__init__(PyObjectType(), ttype, name)
         self.shape, self.dtype = ttype.shape, ttype.dtype
-        self._np_dtype = torch.empty((), dtype=self.dtype).numpy().dtype
+        # on the CPU even inside ``with torch.device("meta")`` (a run's model sized without memory)
+        self._np_dtype = torch.empty((), dtype=self.dtype, device="cpu").numpy().dtype
 
     def _infer(self, input_type: Type) -> Type:
         return self._output_type  # type: ignore[return-value]

@@ -20,7 +20,15 @@ from foldexp.config import CONF_DIR, register_configs
 from foldexp.config.hydra_errors import check_command_line, composition_done
 from foldexp.validate import ConfigError, check_bool_overrides, check_config
 
-__all__ = ["main", "compose_config", "compose_dataset_config", "report_errors", "user_errors"]
+__all__ = [
+    "INTERRUPTED",
+    "main",
+    "compose_config",
+    "interrupted_message",
+    "compose_dataset_config",
+    "report_errors",
+    "user_errors",
+]
 
 T = TypeVar("T")
 
@@ -66,8 +74,29 @@ def main(cfg: DictConfig) -> float | None:
     composition_done()  # from here, errors are the run's (foldexp/config/hydra_errors.py)
     from foldexp.train.loop import run_train
 
-    results = report_errors("train", lambda: run_train(cfg))
+    try:
+        results = report_errors("train", lambda: run_train(cfg))
+    except KeyboardInterrupt:
+        # caught here, outermost: the run folder's lock, atomic writes and DDP teardown have
+        # already cleaned up on the way out (they handle BaseException)
+        if os.environ.get("FOLDEXP_TRACEBACK"):
+            raise
+        print(interrupted_message(cfg.paths.output_dir), file=sys.stderr)
+        raise SystemExit(INTERRUPTED) from None
     return results.get(f"best_{results['select_metric']}")
+
+
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+
+
+def interrupted_message(output_dir: str | Path) -> str:
+    """The one line ``foldexp train`` prints when Ctrl-C stops it: where the run is and how to
+    go on (README: "resume a killed run exactly")."""
+    return (
+        f"foldexp train: interrupted; the run folder is {output_dir} (it goes on from "
+        "checkpoints/last.pt, the last saved point, if any); to continue, run the same command "
+        f"with trainer.resume=true hydra.run.dir={output_dir}"
+    )
 
 
 def compose_config(

@@ -23,7 +23,6 @@ from __future__ import annotations
 import pickle
 import random
 import re
-import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -116,6 +115,11 @@ def save_checkpoint(
 
 
 _GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+_UNPICKLER = re.compile(r"WeightsUnpickler error:\s*(Unsupported operand \d+)")
+# What torch's weights-only unpickler says when it meets an object it will not build; any other
+# failure (``Unsupported operand 91``, an IndexError, a KeyError) means the bytes are not a
+# checkpoint at all, and saying "it holds Python objects" would send the user the wrong way.
+_REFUSED = re.compile(r"GLOBAL|Can only (create new object|build)|reduce for unrecognized")
 
 
 def _unreadable(path: Path, exc: BaseException, advice: str) -> CorruptFileError:
@@ -123,7 +127,7 @@ def _unreadable(path: Path, exc: BaseException, advice: str) -> CorruptFileError
     own advice for refused pickles (load with ``weights_only=False``) must never reach a user
     who may be holding someone else's file."""
     end = f". {advice}" if advice else ""
-    if isinstance(exc, pickle.UnpicklingError):
+    if isinstance(exc, pickle.UnpicklingError) and _REFUSED.search(str(exc)):
         found = _GLOBAL.search(str(exc))
         what = f"the Python object {found.group(1)}" if found else "Python objects"
         return CorruptFileError(
@@ -133,12 +137,23 @@ def _unreadable(path: Path, exc: BaseException, advice: str) -> CorruptFileError
     size = path.stat().st_size if path.exists() else 0
     if size == 0:
         return CorruptFileError(f"{path} is empty (0 bytes): not a checkpoint{end}")
-    detail = str(exc).split(". ")[0].splitlines()[0] if str(exc) else type(exc).__name__
-    if "weights_only" in detail:
-        detail = type(exc).__name__
     return CorruptFileError(
-        f"{path} is truncated or damaged ({size} bytes): not a readable checkpoint ({detail}){end}"
+        f"{path} is truncated or damaged ({size} bytes): not a readable checkpoint "
+        f"({_detail(exc)}){end}"
     )
+
+
+def _detail(exc: BaseException) -> str:
+    """A short cause for a damaged file's message, without torch's ``weights_only`` advice."""
+    unpickler = _UNPICKLER.search(str(exc))
+    if unpickler:  # e.g. "Unsupported operand 91": the bytes are not a pickle torch writes
+        return unpickler.group(1)
+    detail = str(exc).split(". ")[0].splitlines()[0] if str(exc) else ""
+    if not detail or "weights_only" in detail or "Weights only" in detail:
+        return type(exc).__name__
+    if isinstance(exc, (LookupError, TypeError, AttributeError)):  # "101" alone says nothing
+        return f"{type(exc).__name__}: {detail}"
+    return detail
 
 
 def read_checkpoint(
@@ -153,15 +168,10 @@ def read_checkpoint(
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except (PermissionError, IsADirectoryError):
         raise  # the file is fine, access is not
-    except (
-        pickle.UnpicklingError,
-        EOFError,
-        OSError,
-        RuntimeError,
-        ValueError,
-        zipfile.BadZipFile,
-    ) as exc:
-        raise _unreadable(path, exc, advice) from None  # torch reports damage as any of these
+    except MemoryError:
+        raise  # the machine's limits, not the file's
+    except Exception as exc:  # noqa: BLE001 - the unpickler fails on damage with any error
+        raise _unreadable(path, exc, advice) from None
     missing = [k for k in need if not isinstance(payload, dict) or k not in payload]
     if missing:
         raise CorruptFileError(

@@ -6,7 +6,9 @@ so ``load_trained`` rebuilds the model and its best weights without the training
 ``find_runs``, ``run_bundles`` and ``load_run_model`` find the runs under sweep folders and
 rebuild each over its own dataset (``foldexp ensemble``; a model's ``prepare_training`` hook
 through ``TrainingSetup.load_runs``). Run folders are untrusted: every ``_target_`` in a config
-read from one must be in foldexp's registry (``foldexp.validate.check_registered``).
+read from one must be in foldexp's registry (``foldexp.validate.check_registered``); the config a
+model is rebuilt from is checked in full (``check_run_config``), and its shapes against the
+checkpoint's before anything is allocated (``build_fitting_model``).
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from omegaconf import DictConfig
 from foldexp.experiments.build import build_dataset, build_model, plain_config
 from foldexp.kernels import flush_denormals
 from foldexp.train.artifacts import read_verified_json, write_json
-from foldexp.train.checkpoint import load_checkpoint, rng_state, set_rng_state
-from foldexp.validate import ConfigError, check_registered
+from foldexp.train.checkpoint import CorruptFileError, read_checkpoint, rng_state, set_rng_state
+from foldexp.validate import ConfigError, check_registered, check_run_config
 
 __all__ = [
     "RUN_INFO",
     "RunSetup",
     "TrainedRun",
+    "build_fitting_model",
     "dataset_key",
     "decode_info",
     "encode_info",
@@ -109,16 +112,13 @@ def load_trained(
     saved = read_verified_json(source)
     if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
         raise ConfigError(f"{source}: expected an object with 'config' and 'info'")
-    config, allowed = saved["config"], set(allow_targets)
-    check_registered(config, str(source), allowed=allowed)
-    if not isinstance(config.get("model"), dict):
-        raise ConfigError(f"{source}: config has no model section")
+    config = saved["config"]
+    check_run_config(config, str(source), allowed=set(allow_targets))
     weights = folder / "checkpoints" / checkpoint
     if not weights.is_file():
         raise FileNotFoundError(f"{folder}: no checkpoints/{checkpoint}; the run did not finish")
     info = decode_info(saved.get("info") or {})
-    model = build_model(config["model"], info)
-    load_checkpoint(weights, model, restore_rng=False)
+    model = build_fitting_model(config["model"], info, weights, source)
     # predict / eval compute as the run trained: denormals flushed unless it said false (weights
     # trained elsewhere may hold denormals, which would put every product on the slow path)
     device = config.get("device")
@@ -202,9 +202,71 @@ def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 def load_run_model(run: Path, config: dict[str, Any], bundle: Any) -> Any:
     """The run's model, rebuilt from its resolved ``config`` over ``bundle`` (its dataset), with
     the weights of ``checkpoints/best.pt``, in evaluation mode."""
-    model = build_model(config["model"], bundle.info)
-    load_checkpoint(run / "checkpoints" / "best.pt", model, restore_rng=False)
-    return model.eval()
+    weights = run / "checkpoints" / "best.pt"
+    return build_fitting_model(config["model"], bundle.info, weights, run / "results.json").eval()
+
+
+def build_fitting_model(
+    model_cfg: Mapping[str, Any], info: Mapping[str, Any], weights: Path, source: Path
+) -> torch.nn.Module:
+    """The model ``model_cfg`` (read from ``source``) builds, with the weights of the checkpoint
+    ``weights``.
+
+    The model is first built on the meta device (no memory) and its parameter shapes compared
+    with the checkpoint's: a config that does not fit its weights (an edited size, an absurd one
+    that would allocate petabytes) fails naming both files, the parameter and the shapes,
+    before a single real tensor is allocated.
+    """
+    payload = read_checkpoint(weights, need=("model", "progress"))
+    state = payload["model"]
+    if not isinstance(state, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise CorruptFileError(f"{weights} is not a foldexp checkpoint: its model is not a state")
+    saved = {k: tuple(v.shape) for k, v in state.items()}
+    shapes = _meta_shapes(model_cfg, info)
+    if shapes is not None:
+        _check_fit(shapes, saved, weights, source)
+    model = build_model(model_cfg, info)
+    _check_fit({k: tuple(v.shape) for k, v in model.state_dict().items()}, saved, weights, source)
+    model.load_state_dict(state)
+    return model
+
+
+def _meta_shapes(
+    model_cfg: Mapping[str, Any], info: Mapping[str, Any]
+) -> dict[str, tuple[int, ...]] | None:
+    """The shapes of the model's state, built on the meta device; ``None`` for a model (of a
+    user's own) whose constructor needs real tensors: its shapes are checked once it is built."""
+    try:
+        with torch.device("meta"):
+            model = build_model(model_cfg, info)
+    except (TypeError, RuntimeError, NotImplementedError):
+        return None
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def _check_fit(
+    wanted: Mapping[str, tuple[int, ...]],
+    saved: Mapping[str, tuple[int, ...]],
+    weights: Path,
+    source: Path,
+) -> None:
+    """Refuses a checkpoint whose parameters are not those of the model the config builds."""
+    start = f"{weights} does not fit the model configured in {source}"
+    for name, shape in wanted.items():
+        if name not in saved:
+            raise ConfigError(f"{start}: the checkpoint has no parameter {name} {list(shape)}")
+        if saved[name] != shape:
+            raise ConfigError(
+                f"{start}: parameter {name} has shape {list(saved[name])} in the checkpoint but "
+                f"{list(shape)} in the model (was the config edited?)"
+            )
+    extra = sorted(set(saved) - set(wanted))
+    if extra:
+        raise ConfigError(
+            f"{start}: the model has no parameter {extra[0]}, which the checkpoint holds"
+        )
 
 
 @dataclass

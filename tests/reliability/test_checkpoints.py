@@ -181,3 +181,32 @@ def test_verify_file_and_read_checkpoint_for_other_readers(finished: Path) -> No
     assert payload["config"]["model"]["hidden_size"] == 8
     line = checksum_path(finished / "results.json").read_text().splitlines()[0]
     assert line == f"{file_sha256(finished / 'results.json')}  results.json"  # sha256sum -c
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"hello world\n" * 10,  # text: the unpickler fails with a KeyError or an IndexError
+        b"[1, 2, 3]\n",
+        bytes(range(256)) * 12,  # noise: "Unsupported operand", not a refused object
+        b"\x80\x02}q\x00(X\x05\x00\x00\x00modelq\x01",  # a pickle cut short
+    ],
+    ids=["text", "list_text", "noise", "cut_pickle"],
+)
+def test_bytes_that_are_no_checkpoint_are_reported_as_damaged(run: Path, content: bytes) -> None:
+    best = run / "checkpoints" / "best.pt"
+    atomic_write(best, lambda tmp: Path(tmp).write_bytes(content), checksum=True)
+    with pytest.raises(CorruptFileError) as err:
+        read_checkpoint(best)
+    message = str(err.value)
+    assert str(best) in message and "damaged" in message
+    assert "Python object" not in message and "weights_only" not in message
+
+
+def test_a_refused_object_in_best_pt_keeps_its_own_message(run: Path) -> None:
+    best = run / "checkpoints" / "best.pt"
+    payload = torch.load(best, weights_only=True)
+    payload["model"] = Smuggled()
+    atomic_write(best, lambda tmp: torch.save(payload, tmp), checksum=True)
+    with pytest.raises(CorruptFileError, match=r"holds the Python object .*Smuggled"):
+        read_checkpoint(best)

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from foldexp.analysis.report import run_report
+from foldexp.cli import main
 
 
 def _run(root: Path, name: str, seed: int, acc: float, overrides: list[str]) -> None:
@@ -35,5 +36,39 @@ def test_report_sorts_summarises_and_draws_long_labels(tmp_path: Path) -> None:
 
 def test_report_names_missing_metric(tmp_path: Path) -> None:
     _run(tmp_path, "0", 1, 0.5, [])
-    with pytest.raises(KeyError, match="test_rmse"):
+    with pytest.raises(ValueError, match="test_rmse"):
         run_report([tmp_path], metric="test_rmse")
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ("[1, 2]", r"results\.json: expected a JSON object of a run's results, found list"),
+        ('"text"', r"results\.json: expected a JSON object"),
+        ('{"seed": 1, "test_accuracy": "abc"}', r"results\.json: test_accuracy='abc' is not a"),
+        ('{"seed": 1, "test_accuracy": true}', r"results\.json: test_accuracy=True is not a"),
+    ],
+)
+def test_report_names_a_results_file_it_cannot_use(
+    tmp_path: Path, content: str, expected: str
+) -> None:
+    _run(tmp_path, "0", 1, 0.5, [])
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "results.json").write_text(content)
+    with pytest.raises(ValueError, match=str(tmp_path / "1") + "/" + expected):
+        run_report([tmp_path])
+
+
+@pytest.mark.parametrize(
+    "content, args",
+    [("[1, 2]", []), ('{"test_accuracy": "abc"}', []), ('{"test_accuracy": 1}', ["--metric", "x"])],
+)
+def test_report_command_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, args: list[str]
+) -> None:
+    (tmp_path / "results.json").write_text(content)
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", str(tmp_path), *args])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("foldexp report: error: ") and len(err.splitlines()) == 1
