@@ -172,7 +172,9 @@ def _eval(argv: list[str]) -> int:
     ap.add_argument(
         "overrides", nargs="*", help="dataset.*/trainer.* overrides, e.g. dataset.path=new.csv"
     )
-    ap.add_argument("--split", default="test", choices=SPLITS, help="split to score (test)")
+    ap.add_argument(
+        "--split", default="test", choices=SPLITS, help="split to score, or all of them (test)"
+    )
     ap.add_argument("--out", default=None, help="where to write (default: RUN_DIR/eval.json)")
     _allow_target_option(ap)
     a = ap.parse_args(argv)

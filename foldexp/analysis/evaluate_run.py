@@ -6,10 +6,13 @@ the given overrides (``dataset.path=new.csv``, ``dataset.limit=100``,
 ``trainer.eval_batch_size=64``). Overrides are checked like a training config (ranges, unknown
 keys); the rebuilt dataset must describe the same task (classes, targets, features) as the one the
 model was trained on. The metrics go to ``eval.json`` (in the run folder, or ``--out``) and are
-returned."""
+returned. Another file is cut into splits as the run's own was; ``split="all"`` scores every
+example of it (the three splits together), and a run given another file that scores only one
+split warns how many of the file's examples that is."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,10 +28,11 @@ from foldexp.validate import ConfigError, check_config
 
 __all__ = ["run_eval", "SPLITS"]
 
-SPLITS = ("train", "dev", "test")
+SPLITS = ("train", "dev", "test", "all")  # all: the three together (a whole other file)
 # ``info`` entries that say what the model predicts: a dataset that differs in them is another task.
 _TASK_KEYS = ("num_classes", "task", "target_names", "class_names", "num_targets")
 _ALLOWED_GROUPS = ("dataset.", "trainer.")
+log = logging.getLogger(__name__)
 
 
 def _merged_config(saved: dict[str, Any], overrides: Sequence[str]) -> Any:
@@ -70,12 +74,21 @@ def run_eval(
     cfg = _merged_config(run.config, overrides)
     bundle = build_dataset(cfg.dataset)
     _check_same_task(run.info, bundle.info, run.folder)
-    examples = getattr(bundle, split)
+    parts = [getattr(bundle, name) for name in SPLITS[:3]]
+    examples = [e for part in parts for e in part] if split == "all" else getattr(bundle, split)
     metrics = evaluate(run.model, examples, cfg, torch.device("cpu"), split)
+    total = sum(len(part) for part in parts)
+    if len(examples) < total and any(o.lstrip("+").startswith("dataset.") for o in overrides):
+        # Another file is cut into the run's splits like its own: say that only a part counted.
+        log.warning(
+            "scored the %s split: %d of the dataset's %d examples (--split all scores them all)",
+            split, len(examples), total,
+        )  # fmt: skip
     result = {
         "run": str(run.folder),
         "split": split,
         "examples": len(examples),
+        "dataset_examples": total,
         "overrides": list(overrides),
         **metrics,
     }

@@ -152,6 +152,18 @@ def test_eval_scores_another_file_with_the_runs_statistics(run: Path, tmp_path: 
     assert saved["dev_rmse"] == scored["dev_rmse"] > 0 and saved["split"] == "dev"
 
 
+def test_eval_scores_a_whole_other_file_or_says_how_much_it_scored(
+    run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    other = _csv(tmp_path / "other.csv", list(reversed(SMILES)))
+    whole = run_eval(run, [f"dataset.path={other}"], split="all")
+    assert whole["examples"] == whole["dataset_examples"] == len(SMILES) and whole["all_rmse"] > 0
+    with caplog.at_level("WARNING"):
+        part = run_eval(run, [f"dataset.path={other}"], split="test")
+    assert part["examples"] < part["dataset_examples"] == len(SMILES)
+    assert f"of the dataset's {len(SMILES)} examples (--split all" in caplog.text
+
+
 def test_a_relative_data_path_is_saved_absolute(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
