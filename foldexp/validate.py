@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -123,13 +124,21 @@ def _check_value(key: str, value: Any, spec: dataclasses.Field) -> None:
     rng = spec.metadata.get("range")
     if rng is None or (isinstance(value, str) and value.startswith("${")):
         return  # an interpolation (``dataset.seed: ${seed}``) is checked where it points
+    real = "float" in str(spec.type)  # a float key: the message says it must be finite
     if value is None:
         if spec.metadata.get("none_ok"):
             return
-        raise ConfigError(f"{key}=null; expected a number with {rng.describe()}")
+        raise ConfigError(f"{key}=null; expected a number with {rng.describe(real)}")
     for v in _numbers(value):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not rng.allows(v):
-            raise ConfigError(f"{key}={value}; expected {rng.describe()}")
+            raise ConfigError(f"{key}={value}; expected {rng.describe(real)}{_too_large(v)}")
+
+
+def _too_large(value: Any) -> str:
+    """Why a finite Python float is refused as not finite: float32 has no such number."""
+    if isinstance(value, float) and math.isfinite(value) and not schemas.is_finite(value):
+        return f" (float32 holds at most {schemas.FLOAT32_MAX:.3g} in magnitude)"
+    return ""
 
 
 def _numbers(value: Any) -> list[Any]:
