@@ -31,7 +31,7 @@ OUT_OF_RANGE = [
     ("model.hidden_size=0", "a value > 0"),
     ("optimizer.lr=-1", "a finite value > 0"),
     ("optimizer.weight_decay=-1", "a finite value >= 0"),
-    ("trainer.num_workers=-1", "a value >= 0"),
+    ("trainer.num_workers=-1", "0 <= value <= 64"),
     ("trainer.patience=-1", "a value >= 0"),
     ("trainer.ema_decay=1.0", "0 <= value < 1"),
     ("model.dropout=1.5", "0 <= value < 1"),

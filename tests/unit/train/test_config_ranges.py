@@ -75,3 +75,19 @@ def test_every_range_refuses_non_finite_floats(rng: Range, value: float) -> None
 def test_a_float_range_says_finite_where_a_side_is_open(rng: Range, text: str) -> None:
     assert rng.describe(real=True) == text
     assert rng.describe() == re.sub("finite ", "", text)
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("device.threads=100000", "device.threads=100000; expected 0 <= value <= 1024"),
+        ("trainer.num_workers=1000", "trainer.num_workers=1000; expected 0 <= value <= 64"),
+    ],
+)
+def test_absurd_counts_fail_at_compose_time(override: str, expected: str) -> None:
+    assert _refused([override]) == expected
+
+
+def test_the_largest_counts_allowed_compose() -> None:
+    cfg = compose_config(["device.threads=1024", "trainer.num_workers=64"])
+    assert (cfg.device.threads, cfg.trainer.num_workers) == (1024, 64)
