@@ -1,11 +1,12 @@
 """Config checks and the registry of buildable targets.
 
 ``check_config(cfg)`` runs right after Hydra composes a training config, before any data is read:
-every numeric key with a range in its schema (``foldexp.config.ranged``) must lie in it, and the
-``dataset`` and ``model`` nodes may hold only the keys their schema (or, for a model of the
-user's own, its constructor) takes — so ``+dataset.pth=…`` fails naming the keys that exist
-instead of being ignored. Errors are ``ConfigError``s naming the key, the value and what is
-allowed.
+every numeric key with a range in its schema (``foldexp.config.ranged``) must lie in it;
+``optimizer._target_`` and ``dataset._target_`` must be registered ones (``TARGETS``), and a
+model of the user's own a ``torch.nn.Module`` class; the ``dataset`` and ``model`` nodes may hold
+only the keys their schema (or, for a model of the user's own, its constructor) takes — so
+``+dataset.pth=…`` fails naming the keys that exist instead of being ignored. Errors are
+``ConfigError``s naming the key, the value and what is allowed.
 
 ``TARGETS`` is foldexp's own registry: the dataset builders, models and optimizers a config may
 name. A config read back from a run folder (``results.json``, ``run_config.json``) is untrusted:
@@ -161,12 +162,39 @@ def _check_node(prefix: str, node: Mapping[str, Any], schema: type) -> None:
             _check_value(f"{prefix}.{key}", node[key], spec)
 
 
+def _check_optimizer_target(node: Mapping[str, Any]) -> None:
+    """The optimizer must be one of ``TARGETS``' optimizers: a run naming another trained, and
+    then ``foldexp eval`` refused its folder (``check_registered``); ``os.system`` got as far as
+    Hydra's instantiation, after the data loaded."""
+    target = node.get("_target_")
+    if target not in _OPTIMIZERS:
+        raise ConfigError(
+            f"optimizer._target_={target!r} is not one of foldexp's registered optimizers; "
+            f"expected one of {', '.join(_OPTIMIZERS)}"
+        )
+
+
+def _model_class(target: str) -> type:
+    """The class a user model's ``_target_`` names; anything but a ``torch.nn.Module`` subclass
+    (a function such as ``os.system``) is refused before it is ever called."""
+    import torch
+
+    built = import_target(target)
+    if not (inspect.isclass(built) and issubclass(built, torch.nn.Module)):
+        raise ConfigError(
+            f"model._target_={target!r} is not a model class (a torch.nn.Module subclass); "
+            f"foldexp's models are {', '.join(_defaults_target(c) for c in _MODEL_SCHEMAS)}, "
+            "or name a class of your own with model=custom"
+        )
+    return built
+
+
 def _check_user_model(node: Mapping[str, Any]) -> None:
-    """A model of the user's own: its keys must be constructor parameters."""
+    """A model of the user's own: a ``torch.nn.Module`` class whose constructor takes its keys."""
     target = node.get("_target_")
     if not target:
         raise ConfigError("model._target_ is missing: name the model class, e.g. my_pkg.MyModel")
-    params = inspect.signature(import_target(str(target))).parameters
+    params = inspect.signature(_model_class(str(target))).parameters
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return
     takes = [n for n in params if n != "self"]
@@ -209,6 +237,8 @@ def check_config(cfg: DictConfig | Mapping[str, Any]) -> None:
     """Checks a composed training config; raises ``ConfigError`` naming the first bad key."""
     node = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
     _check_value("seed", node.get("seed", 0), dataclasses.fields(schemas.TrainConfig)[0])
+    if "optimizer" in node:
+        _check_optimizer_target(node["optimizer"])
     for group, schema in _GROUP_SCHEMAS.items():
         if group in node:
             _check_node(group, node[group], schema)
