@@ -116,11 +116,16 @@ class BinaryTreeLSTMCell(nn.Module):
 
 class WordTreeLSTMCell(nn.Module):
     """``BinaryTreeLSTMCell`` that also reads the node's own word ``x`` (an operator symbol):
-    the gates are ``cell.gates([h_l; h_r]) + x_gates(x)``."""
+    the gates are ``cell.gates([h_l; h_r]) + x_gates(x)``.
 
-    def __init__(self, input_size: int, hidden_size: int) -> None:
+    Args:
+        forget_bias: initial bias of both forget gates, as ``BinaryTreeLSTMCell``'s (the only
+            bias of the gates: ``x_gates`` has none).
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, forget_bias: float = 0.0) -> None:
         super().__init__()
-        self.cell = BinaryTreeLSTMCell(hidden_size)
+        self.cell = BinaryTreeLSTMCell(hidden_size, forget_bias=forget_bias)
         self.x_gates = Linear(input_size, 5 * hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, children: tuple[State, State]) -> State:

@@ -11,7 +11,7 @@ import torch
 
 from foldexp.data.calculator import calculator_splits
 from foldexp.data.vocab import Vocabulary
-from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf
+from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf, WordTreeLSTMCell
 from foldexp.models.tree_lstm import TreeLSTMClassifier
 from foldexp.testing import check_block
 from foldexp.train.app import compose_config
@@ -66,6 +66,32 @@ def test_forget_bias_starts_both_forget_gates_there() -> None:
     torch.testing.assert_close(biased[3:9], base[3:9] + 1.0)
     torch.testing.assert_close(biased[:3], base[:3])
     torch.testing.assert_close(biased[9:], base[9:])
+
+
+def _forget_gate_biases(model: torch.nn.Module) -> list[torch.Tensor]:
+    """Both forget gates' biases (gate order i, f_left, f_right, o, u) of each binary cell."""
+    cells = [m for m in model.modules() if isinstance(m, BinaryTreeLSTMCell)]
+    return [c.gates.bias.detach()[c.hidden_size : 3 * c.hidden_size].clone() for c in cells]
+
+
+def test_a_word_cell_starts_its_forget_gates_at_the_bias() -> None:
+    torch.manual_seed(0)
+    base = WordTreeLSTMCell(4, 3).cell.gates.bias.detach().clone()
+    torch.manual_seed(0)
+    biased = WordTreeLSTMCell(4, 3, forget_bias=-2.0).cell.gates.bias.detach()
+    torch.testing.assert_close(biased[3:9], base[3:9] - 2.0)
+    torch.testing.assert_close(biased[:3], base[:3])
+    torch.testing.assert_close(biased[9:], base[9:])
+
+
+def test_the_classifier_with_words_at_internal_nodes_applies_the_forget_bias() -> None:
+    """The calculator trees have operators at internal nodes (``internal_words``): the model's
+    cell there is a ``WordTreeLSTMCell``, which once took no forget_bias and ignored it."""
+    (base,), (biased,) = (
+        _forget_gate_biases(_calculator_model(internal_words=True, forget_bias=b)[0])
+        for b in (0.0, 1.5)
+    )
+    torch.testing.assert_close(biased, base + 1.5)
 
 
 def _calculator_model(**kw) -> tuple[TreeLSTMClassifier, list]:
