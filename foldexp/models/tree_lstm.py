@@ -190,7 +190,7 @@ class TreeLSTMClassifier(nn.Module):
         children = fb.InputTransform(_children) >> fb.Record((tree(), tree()))
         if shape.internal_words:
             cell: nn.Module = WordTreeLSTMCell(
-                shape.embed_size, shape.hidden_size, forget_bias=shape.forget_bias
+                shape.embed_size, shape.hidden_size, shape.recurrent_dropout, shape.forget_bias
             )
             internal = fb.AllOf(word, children) >> fb.Function(cell)
         else:

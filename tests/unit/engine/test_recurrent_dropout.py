@@ -94,6 +94,29 @@ def test_the_classifier_with_words_at_internal_nodes_applies_the_forget_bias() -
     torch.testing.assert_close(biased, base + 1.5)
 
 
+def test_a_word_cell_drops_its_update_only_while_training() -> None:
+    """The calculator's internal nodes use ``WordTreeLSTMCell``, which once ignored
+    ``model.recurrent_dropout``: each unit of ``c`` keeps the memory and either drops the
+    update or scales it by 1/(1-p)."""
+    torch.manual_seed(0)
+    n, p = 6, 0.5
+    cell = WordTreeLSTMCell(4, n, recurrent_dropout=p)
+    x = torch.randn(200, 4)
+    children = _children(200, n)
+    (hl, cl), (hr, cr) = children
+    z = cell.cell.gates(torch.cat([hl, hr], 1)) + cell.x_gates(x)
+    i, fl, fr, _, u = z.chunk(5, dim=1)
+    memory = torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
+    update = torch.sigmoid(i) * torch.tanh(u)
+
+    kept = (cell(x, children)[1] - memory).detach()
+    dropped = kept.abs() < 1e-6
+    assert dropped.any() and not dropped.all()
+    torch.testing.assert_close(kept[~dropped], (update / (1 - p))[~dropped].detach())
+    cell.eval()
+    torch.testing.assert_close(cell(x, children)[1], memory + update)
+
+
 def _calculator_model(**kw) -> tuple[TreeLSTMClassifier, list]:
     train, _, _ = calculator_splits(30, max_depth=4, seed=5)
     vocab = Vocabulary.from_trees(train)
@@ -102,8 +125,13 @@ def _calculator_model(**kw) -> tuple[TreeLSTMClassifier, list]:
     return model, train
 
 
-def test_classifier_with_recurrent_dropout_batched_equals_eager_in_evaluation() -> None:
-    model, trees = _calculator_model(recurrent_dropout=0.3, forget_bias=1.0)
+@pytest.mark.parametrize("internal_words", [False, True])
+def test_classifier_with_recurrent_dropout_batched_equals_eager_in_evaluation(
+    internal_words: bool,
+) -> None:
+    model, trees = _calculator_model(
+        recurrent_dropout=0.3, forget_bias=1.0, internal_words=internal_words
+    )
     model.eval()
     check_block(model.compiler.root, trees[:12])
 
