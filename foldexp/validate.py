@@ -5,7 +5,8 @@ every numeric key with a range in its schema (``foldexp.config.ranged``) must li
 ``optimizer._target_`` and ``dataset._target_`` must be registered ones (``TARGETS``), and a
 model of the user's own a ``torch.nn.Module`` class; the ``dataset`` and ``model`` nodes may hold
 only the keys their schema (or, for a model of the user's own, its constructor) takes — so
-``+dataset.pth=…`` fails naming the keys that exist instead of being ignored. Errors are
+``+dataset.pth=…`` fails naming the keys that exist instead of being ignored; a file key
+(``dataset.word_vectors``) must name an existing file. Errors are
 ``ConfigError``s naming the key, the value and what is allowed.
 
 ``TARGETS`` is foldexp's own registry: the dataset builders, models and optimizers a config may
@@ -22,9 +23,11 @@ import importlib
 import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from foldexp import config as schemas
 
@@ -189,6 +192,32 @@ def _model_class(target: str) -> type:
     return built
 
 
+def _check_files(cfg: DictConfig | Mapping[str, Any], prefix: str, schema: type) -> None:
+    """Every file key of ``schema`` (``foldexp.config.existing_file``) under ``prefix`` names an
+    existing file, or none (null or empty)."""
+    for spec in dataclasses.fields(schema):
+        if not spec.metadata.get("file"):
+            continue
+        key = f"{prefix}.{spec.name}"
+        value = _resolved(cfg, key)
+        if value and not Path(str(value)).is_file():
+            raise ConfigError(f"{key}={value}; expected an existing file, or null for none")
+
+
+def _resolved(cfg: DictConfig | Mapping[str, Any], key: str) -> Any:
+    """``key``'s value with interpolations resolved (``${paths.data_dir}/…``); ``None`` when it
+    cannot be resolved here, to be reported where it is used."""
+    if isinstance(cfg, DictConfig):
+        try:
+            return OmegaConf.select(cfg, key, throw_on_missing=True)
+        except OmegaConfBaseException:
+            return None
+    value: Any = cfg
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return None if isinstance(value, str) and "${" in value else value
+
+
 def _check_user_model(node: Mapping[str, Any]) -> None:
     """A model of the user's own: a ``torch.nn.Module`` class whose constructor takes its keys."""
     target = node.get("_target_")
@@ -252,6 +281,7 @@ def check_config(cfg: DictConfig | Mapping[str, Any]) -> None:
         schema = schema_for(str(sub.get("_target_")))
         if schema is not None:
             _check_node(group, sub, schema)
+            _check_files(cfg, group, schema)
         elif group == "model":
             _check_user_model(sub)
         else:

@@ -16,6 +16,7 @@ __all__ = [
     "Range",
     "is_finite",
     "enum_value",
+    "existing_file",
     "non_negative",
     "positive",
     "probability",
@@ -103,6 +104,12 @@ def non_negative(default: Any) -> Any:
 def probability(default: Any, none_ok: bool = False) -> Any:
     """0 <= p < 1 (a dropout rate, a mixing weight)."""
     return ranged(default, ge=0, lt=1, none_ok=none_ok)
+
+
+def existing_file(default: str | None = None) -> Any:
+    """A schema field naming a file that must exist (``null`` = none): ``check_config`` looks
+    before any data is read, so a typo fails naming the key, not as a bare ``[Errno 2]``."""
+    return field(default=default, metadata={"file": True})
 
 
 def enum_value(value: Any) -> str:

@@ -8,6 +8,7 @@ False), inf passed ``> 0``, counts had no upper bound.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +92,46 @@ def test_absurd_counts_fail_at_compose_time(override: str, expected: str) -> Non
 def test_the_largest_counts_allowed_compose() -> None:
     cfg = compose_config(["device.threads=1024", "trainer.num_workers=64"])
     assert (cfg.device.threads, cfg.trainer.num_workers) == (1024, 64)
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("dataset.max_depth=100000", "dataset.max_depth=100000; expected 1 <= value <= 200"),
+        ("dataset.max_depth=0", "dataset.max_depth=0; expected 1 <= value <= 200"),
+        ("dataset.leaf_prob=nan", "dataset.leaf_prob=nan; expected 0 <= value <= 1"),
+    ],
+)
+def test_calculator_ranges_are_the_schemas(override: str, expected: str) -> None:
+    """Once checked only by the generator, after composing, without the ``dataset.`` prefix."""
+    assert _refused([override]) == expected
+
+
+def test_the_schemas_depth_limit_is_the_generators() -> None:
+    from foldexp.config import dataset
+    from foldexp.data import calculator
+
+    assert dataset.CALCULATOR_MAX_DEPTH == calculator._MAX_DEPTH_LIMIT
+
+
+def test_missing_word_vectors_fail_at_compose_time_naming_the_key(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent.txt"
+    message = _refused(["experiment=sst_treelstm", f"dataset.word_vectors={missing}"])
+    assert message == f"dataset.word_vectors={missing}; expected an existing file, or null for none"
+
+
+def test_an_interpolated_word_vectors_path_is_resolved_first(tmp_path: Path) -> None:
+    glove = ["experiment=sst_treelstm_glove", f"paths.data_dir={tmp_path}"]
+    message = _refused(glove)
+    assert message.startswith(f"dataset.word_vectors={tmp_path}/wordvec/glove.6B.50d")
+    (tmp_path / "wordvec").mkdir()
+    (tmp_path / "wordvec" / "glove.6B.50d.sst_vocab.txt.gz").write_bytes(b"")
+    assert compose_config(glove).dataset.word_vectors.startswith(str(tmp_path))
+
+
+def test_existing_or_no_word_vectors_compose(tmp_path: Path) -> None:
+    vectors = tmp_path / "vec.txt"
+    vectors.write_text("good 0.1 0.2\n")
+    sst = ["experiment=sst_treelstm"]
+    assert compose_config([*sst, f"dataset.word_vectors={vectors}"]).dataset.word_vectors
+    assert compose_config([*sst, "dataset.word_vectors=null"]).dataset.word_vectors is None
