@@ -33,6 +33,7 @@ from foldexp import config as schemas
 
 __all__ = [
     "ConfigError",
+    "MissingFileError",
     "TARGETS",
     "check_config",
     "check_bool_overrides",
@@ -45,6 +46,11 @@ __all__ = [
 
 class ConfigError(ValueError):
     """A config value outside its valid range, an unknown key or an unregistered target."""
+
+
+class MissingFileError(ConfigError):
+    """A file key (``dataset.word_vectors``) naming a file that does not exist: apart from the
+    other errors because it depends on the machine, not only on the config."""
 
 
 def _defaults_target(cls: type) -> str:
@@ -201,7 +207,7 @@ def _check_files(cfg: DictConfig | Mapping[str, Any], prefix: str, schema: type)
         key = f"{prefix}.{spec.name}"
         value = _resolved(cfg, key)
         if value and not Path(str(value)).is_file():
-            raise ConfigError(f"{key}={value}; expected an existing file, or null for none")
+            raise MissingFileError(f"{key}={value}; expected an existing file, or null for none")
 
 
 def _resolved(cfg: DictConfig | Mapping[str, Any], key: str) -> Any:
