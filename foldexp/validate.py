@@ -1,11 +1,13 @@
 """Config checks and the registry of buildable targets.
 
 ``check_config(cfg)`` runs right after Hydra composes a training config, before any data is read:
-every numeric key with a range in its schema (``foldexp.config.ranged``) must lie in it, and the
-``dataset`` and ``model`` nodes may hold only the keys their schema (or, for a model of the
-user's own, its constructor) takes — so ``+dataset.pth=…`` fails naming the keys that exist
-instead of being ignored. Errors are ``ConfigError``s naming the key, the value and what is
-allowed.
+every numeric key with a range in its schema (``foldexp.config.ranged``) must lie in it;
+``optimizer._target_`` and ``dataset._target_`` must be registered ones (``TARGETS``), and a
+model of the user's own a ``torch.nn.Module`` class; the ``dataset`` and ``model`` nodes may hold
+only the keys their schema (or, for a model of the user's own, its constructor) takes — so
+``+dataset.pth=…`` fails naming the keys that exist instead of being ignored; a file key
+(``dataset.word_vectors``) must name an existing file. Errors are
+``ConfigError``s naming the key, the value and what is allowed.
 
 ``TARGETS`` is foldexp's own registry: the dataset builders, models and optimizers a config may
 name. A config read back from a run folder (``results.json``, ``run_config.json``) is untrusted:
@@ -20,15 +22,19 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from foldexp import config as schemas
 
 __all__ = [
     "ConfigError",
+    "MissingFileError",
     "TARGETS",
     "check_config",
     "check_bool_overrides",
@@ -42,6 +48,11 @@ __all__ = [
 
 class ConfigError(ValueError):
     """A config value outside its valid range, an unknown key or an unregistered target."""
+
+
+class MissingFileError(ConfigError):
+    """A file key (``dataset.word_vectors``) naming a file that does not exist: apart from the
+    other errors because it depends on the machine, not only on the config."""
 
 
 def _defaults_target(cls: type) -> str:
@@ -174,13 +185,21 @@ def _check_value(key: str, value: Any, spec: dataclasses.Field) -> None:
     rng = spec.metadata.get("range")
     if rng is None or (isinstance(value, str) and value.startswith("${")):
         return  # an interpolation (``dataset.seed: ${seed}``) is checked where it points
+    real = "float" in str(spec.type)  # a float key: the message says it must be finite
     if value is None:
         if spec.metadata.get("none_ok"):
             return
-        raise ConfigError(f"{key}=null; expected a number with {rng.describe()}")
+        raise ConfigError(f"{key}=null; expected a number with {rng.describe(real)}")
     for v in _numbers(value):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not rng.allows(v):
-            raise ConfigError(f"{key}={value}; expected {rng.describe()}")
+            raise ConfigError(f"{key}={value}; expected {rng.describe(real)}{_too_large(v)}")
+
+
+def _too_large(value: Any) -> str:
+    """Why a finite Python float is refused as not finite: float32 has no such number."""
+    if isinstance(value, float) and math.isfinite(value) and not schemas.is_finite(value):
+        return f" (float32 holds at most {schemas.FLOAT32_MAX:.3g} in magnitude)"
+    return ""
 
 
 def _numbers(value: Any) -> list[Any]:
@@ -203,12 +222,65 @@ def _check_node(prefix: str, node: Mapping[str, Any], schema: type) -> None:
             _check_value(f"{prefix}.{key}", node[key], spec)
 
 
+def _check_optimizer_target(node: Mapping[str, Any]) -> None:
+    """The optimizer must be one of ``TARGETS``' optimizers: a run naming another trained, and
+    then ``foldexp eval`` refused its folder (``check_registered``); ``os.system`` got as far as
+    Hydra's instantiation, after the data loaded."""
+    target = node.get("_target_")
+    if target not in _OPTIMIZERS:
+        raise ConfigError(
+            f"optimizer._target_={target!r} is not one of foldexp's registered optimizers; "
+            f"expected one of {', '.join(_OPTIMIZERS)}"
+        )
+
+
+def _model_class(target: str) -> type:
+    """The class a user model's ``_target_`` names; anything but a ``torch.nn.Module`` subclass
+    (a function such as ``os.system``) is refused before it is ever called."""
+    import torch
+
+    built = import_target(target)
+    if not (inspect.isclass(built) and issubclass(built, torch.nn.Module)):
+        raise ConfigError(
+            f"model._target_={target!r} is not a model class (a torch.nn.Module subclass); "
+            f"foldexp's models are {', '.join(_defaults_target(c) for c in _MODEL_SCHEMAS)}, "
+            "or name a class of your own with model=custom"
+        )
+    return built
+
+
+def _check_files(cfg: DictConfig | Mapping[str, Any], prefix: str, schema: type) -> None:
+    """Every file key of ``schema`` (``foldexp.config.existing_file``) under ``prefix`` names an
+    existing file, or none (null or empty)."""
+    for spec in dataclasses.fields(schema):
+        if not spec.metadata.get("file"):
+            continue
+        key = f"{prefix}.{spec.name}"
+        value = _resolved(cfg, key)
+        if value and not Path(str(value)).is_file():
+            raise MissingFileError(f"{key}={value}; expected an existing file, or null for none")
+
+
+def _resolved(cfg: DictConfig | Mapping[str, Any], key: str) -> Any:
+    """``key``'s value with interpolations resolved (``${paths.data_dir}/…``); ``None`` when it
+    cannot be resolved here, to be reported where it is used."""
+    if isinstance(cfg, DictConfig):
+        try:
+            return OmegaConf.select(cfg, key, throw_on_missing=True)
+        except OmegaConfBaseException:
+            return None
+    value: Any = cfg
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return None if isinstance(value, str) and "${" in value else value
+
+
 def _check_user_model(node: Mapping[str, Any]) -> None:
-    """A model of the user's own: its keys must be constructor parameters."""
+    """A model of the user's own: a ``torch.nn.Module`` class whose constructor takes its keys."""
     target = node.get("_target_")
     if not target:
         raise ConfigError("model._target_ is missing: name the model class, e.g. my_pkg.MyModel")
-    params = inspect.signature(import_target(str(target))).parameters
+    params = inspect.signature(_model_class(str(target))).parameters
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return
     takes = [n for n in params if n != "self"]
@@ -251,6 +323,8 @@ def check_config(cfg: DictConfig | Mapping[str, Any]) -> None:
     """Checks a composed training config; raises ``ConfigError`` naming the first bad key."""
     node = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
     _check_value("seed", node.get("seed", 0), dataclasses.fields(schemas.TrainConfig)[0])
+    if "optimizer" in node:
+        _check_optimizer_target(node["optimizer"])
     for group, schema in _GROUP_SCHEMAS.items():
         if group in node:
             _check_node(group, node[group], schema)
@@ -264,6 +338,7 @@ def check_config(cfg: DictConfig | Mapping[str, Any]) -> None:
         schema = schema_for(str(sub.get("_target_")))
         if schema is not None:
             _check_node(group, sub, schema)
+            _check_files(cfg, group, schema)
         elif group == "model":
             _check_user_model(sub)
         else:

@@ -33,7 +33,17 @@ from foldexp.config.dataset import (
     TreeSplit,
     TreesPTBDataConfig,
 )
-from foldexp.config.fields import Range, enum_value, non_negative, positive, probability, ranged
+from foldexp.config.fields import (
+    FLOAT32_MAX,
+    Range,
+    enum_value,
+    existing_file,
+    is_finite,
+    non_negative,
+    positive,
+    probability,
+    ranged,
+)
 from foldexp.config.model import (
     AttentionModelConfig,
     AttentionScore,
@@ -64,6 +74,7 @@ CONF_DIR = str(Path(__file__).parent.parent / "conf")  # foldexp/conf: the YAML 
 
 __all__ = [
     "CONF_DIR",
+    "FLOAT32_MAX",
     "AttentionModelConfig",
     "AttentionScore",
     "Balance",
@@ -102,6 +113,8 @@ __all__ = [
     "TreesPTBDataConfig",
     "WeaveModelConfig",
     "enum_value",
+    "existing_file",
+    "is_finite",
     "non_negative",
     "positive",
     "probability",

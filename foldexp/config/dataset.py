@@ -12,9 +12,10 @@ from enum import Enum
 
 from omegaconf import MISSING
 
-from foldexp.config.fields import non_negative, positive, ranged
+from foldexp.config.fields import existing_file, non_negative, positive, ranged
 
 __all__ = [
+    "CALCULATOR_MAX_DEPTH",
     "CalculatorDataConfig",
     "MarkedProblem",
     "MarkedSequencesDataConfig",
@@ -80,13 +81,20 @@ class Tokenizer(str, Enum):
     chars = "chars"
 
 
+#: The deepest calculator tree (``foldexp.data.calculator``'s own limit, which a test holds equal):
+#: generation is recursive, and deeper trees would also have absurd values.
+CALCULATOR_MAX_DEPTH = 200
+
+
 @dataclass
 class CalculatorDataConfig:
     # builder returning train/dev/test and model sizes
     _target_: str = "foldexp.experiments.datasets.calculator"
     name: str = "calculator"  # shown in results
     n: int = ranged(3000, ge=3)  # distinct expressions in all, split 80/10/10
-    max_depth: int = positive(3)  # deepest operator nesting (edges from root to leaf)
+    # deepest operator nesting (edges from root to leaf); generation recurses, and values grow
+    # with depth (foldexp.data.calculator's limit)
+    max_depth: int = ranged(3, ge=1, le=CALCULATOR_MAX_DEPTH)
     n_classes: int = ranged(10, ge=2)  # label = value mod n_classes, on every node
     # chance that a non-root node above max_depth is a digit
     leaf_prob: float = ranged(0.3, ge=0, le=1)
@@ -105,7 +113,7 @@ class SSTDataConfig:
     lowercase: bool = False  # lower-case words for the vocabulary and lookups
     min_count: int = positive(1)  # words rarer than this in train map to the unknown token
     # GloVe text file (.txt or .gz) to initialise embeddings, or null
-    word_vectors: str | None = None
+    word_vectors: str | None = existing_file()
     # with word_vectors: dev/test words that have a vector get their own row
     vector_vocab: bool = False
     # binary view: neutral phrases train a third class, never predicted (Tai et al.);
@@ -125,7 +133,7 @@ class SSTSentencesDataConfig:
     lowercase: bool = False  # lower-case words for the vocabulary and lookups
     min_count: int = positive(1)  # words rarer than this in train map to the unknown token
     # GloVe text file (.txt or .gz) to initialise embeddings, or null
-    word_vectors: str | None = None
+    word_vectors: str | None = existing_file()
     # use only the first N sentences of each split (0 = all); for quick runs
     limit: int = non_negative(0)
 
@@ -209,7 +217,7 @@ class TreesPTBDataConfig:
     lowercase: bool = False  # lower-case words for the vocabulary and lookups
     min_count: int = positive(1)  # words rarer than this in train map to the unknown token
     # GloVe text file (.txt or .gz) to initialise embeddings, or null
-    word_vectors: str | None = None
+    word_vectors: str | None = existing_file()
     # with word_vectors: dev/test words that have a vector get their own row
     vector_vocab: bool = False
     # use only the first N trees of each split (0 = all); for quick runs
@@ -230,7 +238,7 @@ class TextCSVDataConfig:
     lowercase: bool = False  # lower-case the texts
     min_count: int = positive(1)  # words rarer than this in train map to the unknown token
     # GloVe text file (.txt or .gz) to initialise embeddings, or null
-    word_vectors: str | None = None
+    word_vectors: str | None = existing_file()
     # random (fractions, seed) | column (split_column says train / valid|dev / test)
     split: TextSplit = TextSplit.random
     split_column: str = "split"  # split=column: train / valid or dev / test per row

@@ -11,12 +11,37 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-__all__ = ["Range", "enum_value", "non_negative", "positive", "probability", "ranged"]
+__all__ = [
+    "FLOAT32_MAX",
+    "Range",
+    "is_finite",
+    "enum_value",
+    "existing_file",
+    "non_negative",
+    "positive",
+    "probability",
+    "ranged",
+]
+
+
+#: The largest float32. A float setting ends up in float32 tensors (a learning rate in a fused
+#: optimizer step, a bias in a weight), where anything larger in magnitude is inf.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def is_finite(value: float) -> bool:
+    """Whether a number is finite as a float32: NaN, ±inf and beyond ±3.4e38 are not. NaN fails
+    here because every comparison with it is False, so no bound could ever refuse it."""
+    return abs(value) <= FLOAT32_MAX
 
 
 @dataclass(frozen=True)
 class Range:
-    """The valid interval of a numeric config value (bounds ``None`` are open)."""
+    """The valid interval of a numeric config value (bounds ``None`` are open).
+
+    A float value must also be finite (``is_finite``): NaN compares False with any bound and
+    would pass them all, and no setting means "no limit" by inf (each has its own off value,
+    usually 0)."""
 
     ge: float | None = None
     gt: float | None = None
@@ -24,6 +49,8 @@ class Range:
     lt: float | None = None
 
     def allows(self, value: float) -> bool:
+        if isinstance(value, float) and not is_finite(value):
+            return False
         return not (
             (self.ge is not None and value < self.ge)
             or (self.gt is not None and value <= self.gt)
@@ -31,25 +58,28 @@ class Range:
             or (self.lt is not None and value >= self.lt)
         )
 
-    def describe(self) -> str:
-        """E.g. ``a value > 0``, ``0 <= value < 1``."""
-        low = (
-            f"{self.ge} <= "
-            if self.ge is not None
-            else f"{self.gt} < "
-            if self.gt is not None
-            else ""
-        )
-        high = (
-            f" <= {self.le}"
-            if self.le is not None
-            else f" < {self.lt}"
-            if self.lt is not None
-            else ""
-        )
-        if low and not high:  # one bound reads better with the value first
-            return f"a value {'>=' if self.ge is not None else '>'} {low.split()[0]}"
-        return f"{low}value{high}"
+    def describe(self, real: bool = False) -> str:
+        """E.g. ``a value > 0``, ``0 <= value < 1``; ``real`` (a float key): ``a finite value >
+        0``, as a bound on one side only leaves the other to infinity."""
+        low = self._lower()
+        high = self._upper()
+        if low and high:
+            return f"{low[1]} {'<=' if low[0] == '>=' else '<'} value {high[0]} {high[1]}"
+        some = "a finite value" if real else "a value"
+        bound = low or high
+        return f"{some} {bound[0]} {bound[1]}" if bound else some
+
+    def _lower(self) -> tuple[str, float] | None:
+        """The lower bound as (operator on the value, bound), or ``None``."""
+        if self.ge is not None:
+            return (">=", self.ge)
+        return (">", self.gt) if self.gt is not None else None
+
+    def _upper(self) -> tuple[str, float] | None:
+        """The upper bound as (operator on the value, bound), or ``None``."""
+        if self.le is not None:
+            return ("<=", self.le)
+        return ("<", self.lt) if self.lt is not None else None
 
 
 def ranged(default: Any, *, ge=None, gt=None, le=None, lt=None, none_ok: bool = False) -> Any:
@@ -74,6 +104,12 @@ def non_negative(default: Any) -> Any:
 def probability(default: Any, none_ok: bool = False) -> Any:
     """0 <= p < 1 (a dropout rate, a mixing weight)."""
     return ranged(default, ge=0, lt=1, none_ok=none_ok)
+
+
+def existing_file(default: str | None = None) -> Any:
+    """A schema field naming a file that must exist (``null`` = none): ``check_config`` looks
+    before any data is read, so a typo fails naming the key, not as a bare ``[Errno 2]``."""
+    return field(default=default, metadata={"file": True})
 
 
 def enum_value(value: Any) -> str:

@@ -62,7 +62,8 @@ class _TreeLSTMFields:
     embedding_optimizer: EmbeddingOptimizer | None = None
     # dropout on each cell's candidate update tanh(u) (Semeniuta et al. 2016; Fold paper §3.5.1)
     recurrent_dropout: float = probability(0.0)
-    forget_bias: float = 0.0  # initial bias of the forget gates (any real number)
+    # initial bias of the forget gates (any finite number; Jozefowicz et al. 2015 suggest 1)
+    forget_bias: float = ranged(0.0)
 
 
 @dataclass

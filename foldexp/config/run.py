@@ -16,6 +16,8 @@ from omegaconf import MISSING
 from foldexp.config.fields import non_negative, positive, probability, ranged
 
 __all__ = [
+    "MAX_THREADS",
+    "MAX_WORKERS",
     "Balance",
     "CsvLoggerConfig",
     "DeviceConfig",
@@ -52,12 +54,22 @@ class Balance(str, Enum):
     examples = "examples"
 
 
+#: Most intra-op threads a run may ask for: more than any CPU's cores today. Each OpenMP thread
+#: maps a stack of its own, so 100000 of them failed in mapping memory (an ImportError from a
+#: shared library, or a MemoryError) instead of running.
+MAX_THREADS = 1024
+#: Most DataLoader workers: each is a process with its own copy of the model's tracer, and a
+#: batch schedule takes milliseconds to build, so a handful keep up with training; 1000 of them
+#: were accepted and crawled.
+MAX_WORKERS = 64
+
+
 @dataclass
 class DeviceConfig:
     name: DeviceName = DeviceName.cpu  # cpu | cuda | auto
     # torch intra-op threads: null = 2, or 1 on a machine already busy when foldexp started
     # (foldexp/startup.py); 0 = torch's default
-    threads: int | None = ranged(None, ge=0, none_ok=True)
+    threads: int | None = ranged(None, ge=0, le=MAX_THREADS, none_ok=True)
     # CPU float32 dense layers through oneDNN (foldexp/kernels/dense.py): null = where it pays
     # (not on Intel CPUs, whose MKL is faster); true / false force it
     onednn: bool | None = None
@@ -96,8 +108,8 @@ class TrainerConfig:
     checkpoint_every: int = non_negative(0)
     resume: bool = False  # continue from <run dir>/checkpoints/last.pt if it exists
     overwrite: bool = False  # replace a run already in the run dir (else such a folder is refused)
-    # DataLoader workers building batch schedules alongside training
-    num_workers: int = non_negative(0)
+    # DataLoader workers building batch schedules alongside training (0 = in the main process)
+    num_workers: int = ranged(0, ge=0, le=MAX_WORKERS)
     grad_clip: float = non_negative(0.0)  # clip the gradient norm to this value (0 = off)
     # evaluate and keep an average of the weights, avg <- d*avg + (1-d)*w per step (0 = off)
     ema_decay: float = probability(0.0)

@@ -116,16 +116,29 @@ class BinaryTreeLSTMCell(nn.Module):
 
 class WordTreeLSTMCell(nn.Module):
     """``BinaryTreeLSTMCell`` that also reads the node's own word ``x`` (an operator symbol):
-    the gates are ``cell.gates([h_l; h_r]) + x_gates(x)``."""
+    the gates are ``cell.gates([h_l; h_r]) + x_gates(x)``.
 
-    def __init__(self, input_size: int, hidden_size: int) -> None:
+    Args:
+        recurrent_dropout: dropout on the candidate update, as ``BinaryTreeLSTMCell``'s.
+        forget_bias: initial bias of both forget gates, as ``BinaryTreeLSTMCell``'s (the only
+            bias of the gates: ``x_gates`` has none).
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        recurrent_dropout: float = 0.0,
+        forget_bias: float = 0.0,
+    ) -> None:
         super().__init__()
-        self.cell = BinaryTreeLSTMCell(hidden_size)
+        self.cell = BinaryTreeLSTMCell(hidden_size, recurrent_dropout, forget_bias)
         self.x_gates = Linear(input_size, 5 * hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, children: tuple[State, State]) -> State:
         (hl, cl), (hr, cr) = children
-        return binary_state(self.cell.gates(torch.cat([hl, hr], dim=1)) + self.x_gates(x), cl, cr)
+        z = self.cell.gates(torch.cat([hl, hr], dim=1)) + self.x_gates(x)
+        return binary_state(z, cl, cr, self.cell.update_dropout)
 
 
 class TreeLSTMCell(nn.Module):

@@ -189,7 +189,9 @@ class TreeLSTMClassifier(nn.Module):
         tree = fb.ForwardDeclaration(name="tree")
         children = fb.InputTransform(_children) >> fb.Record((tree(), tree()))
         if shape.internal_words:
-            cell: nn.Module = WordTreeLSTMCell(shape.embed_size, shape.hidden_size)
+            cell: nn.Module = WordTreeLSTMCell(
+                shape.embed_size, shape.hidden_size, shape.recurrent_dropout, shape.forget_bias
+            )
             internal = fb.AllOf(word, children) >> fb.Function(cell)
         else:
             cell = BinaryTreeLSTMCell(shape.hidden_size, shape.recurrent_dropout, shape.forget_bias)

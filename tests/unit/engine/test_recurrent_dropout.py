@@ -11,7 +11,7 @@ import torch
 
 from foldexp.data.calculator import calculator_splits
 from foldexp.data.vocab import Vocabulary
-from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf
+from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf, WordTreeLSTMCell
 from foldexp.models.tree_lstm import TreeLSTMClassifier
 from foldexp.testing import check_block
 from foldexp.train.app import compose_config
@@ -68,6 +68,55 @@ def test_forget_bias_starts_both_forget_gates_there() -> None:
     torch.testing.assert_close(biased[9:], base[9:])
 
 
+def _forget_gate_biases(model: torch.nn.Module) -> list[torch.Tensor]:
+    """Both forget gates' biases (gate order i, f_left, f_right, o, u) of each binary cell."""
+    cells = [m for m in model.modules() if isinstance(m, BinaryTreeLSTMCell)]
+    return [c.gates.bias.detach()[c.hidden_size : 3 * c.hidden_size].clone() for c in cells]
+
+
+def test_a_word_cell_starts_its_forget_gates_at_the_bias() -> None:
+    torch.manual_seed(0)
+    base = WordTreeLSTMCell(4, 3).cell.gates.bias.detach().clone()
+    torch.manual_seed(0)
+    biased = WordTreeLSTMCell(4, 3, forget_bias=-2.0).cell.gates.bias.detach()
+    torch.testing.assert_close(biased[3:9], base[3:9] - 2.0)
+    torch.testing.assert_close(biased[:3], base[:3])
+    torch.testing.assert_close(biased[9:], base[9:])
+
+
+def test_the_classifier_with_words_at_internal_nodes_applies_the_forget_bias() -> None:
+    """The calculator trees have operators at internal nodes (``internal_words``): the model's
+    cell there is a ``WordTreeLSTMCell``, which once took no forget_bias and ignored it."""
+    (base,), (biased,) = (
+        _forget_gate_biases(_calculator_model(internal_words=True, forget_bias=b)[0])
+        for b in (0.0, 1.5)
+    )
+    torch.testing.assert_close(biased, base + 1.5)
+
+
+def test_a_word_cell_drops_its_update_only_while_training() -> None:
+    """The calculator's internal nodes use ``WordTreeLSTMCell``, which once ignored
+    ``model.recurrent_dropout``: each unit of ``c`` keeps the memory and either drops the
+    update or scales it by 1/(1-p)."""
+    torch.manual_seed(0)
+    n, p = 6, 0.5
+    cell = WordTreeLSTMCell(4, n, recurrent_dropout=p)
+    x = torch.randn(200, 4)
+    children = _children(200, n)
+    (hl, cl), (hr, cr) = children
+    z = cell.cell.gates(torch.cat([hl, hr], 1)) + cell.x_gates(x)
+    i, fl, fr, _, u = z.chunk(5, dim=1)
+    memory = torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
+    update = torch.sigmoid(i) * torch.tanh(u)
+
+    kept = (cell(x, children)[1] - memory).detach()
+    dropped = kept.abs() < 1e-6
+    assert dropped.any() and not dropped.all()
+    torch.testing.assert_close(kept[~dropped], (update / (1 - p))[~dropped].detach())
+    cell.eval()
+    torch.testing.assert_close(cell(x, children)[1], memory + update)
+
+
 def _calculator_model(**kw) -> tuple[TreeLSTMClassifier, list]:
     train, _, _ = calculator_splits(30, max_depth=4, seed=5)
     vocab = Vocabulary.from_trees(train)
@@ -76,8 +125,13 @@ def _calculator_model(**kw) -> tuple[TreeLSTMClassifier, list]:
     return model, train
 
 
-def test_classifier_with_recurrent_dropout_batched_equals_eager_in_evaluation() -> None:
-    model, trees = _calculator_model(recurrent_dropout=0.3, forget_bias=1.0)
+@pytest.mark.parametrize("internal_words", [False, True])
+def test_classifier_with_recurrent_dropout_batched_equals_eager_in_evaluation(
+    internal_words: bool,
+) -> None:
+    model, trees = _calculator_model(
+        recurrent_dropout=0.3, forget_bias=1.0, internal_words=internal_words
+    )
     model.eval()
     check_block(model.compiler.root, trees[:12])
 
