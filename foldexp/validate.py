@@ -176,7 +176,7 @@ def check_run_config(
                 f"{role}s are {', '.join(targets)}"
             )
     try:
-        check_config(config)
+        check_config(config, files=False)  # predict needs none of them; eval checks its own
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
 
@@ -319,8 +319,10 @@ def check_bool_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
                           f"expected {allowed}")  # fmt: skip
 
 
-def check_config(cfg: DictConfig | Mapping[str, Any]) -> None:
-    """Checks a composed training config; raises ``ConfigError`` naming the first bad key."""
+def check_config(cfg: DictConfig | Mapping[str, Any], files: bool = True) -> None:
+    """Checks a composed training config; raises ``ConfigError`` naming the first bad key.
+    ``files``: also that the files it names exist (off for a run folder's config, whose model
+    comes back without them: its vocabulary and embeddings are saved)."""
     node = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
     _check_value("seed", node.get("seed", 0), dataclasses.fields(schemas.TrainConfig)[0])
     if "optimizer" in node:
@@ -338,7 +340,8 @@ def check_config(cfg: DictConfig | Mapping[str, Any]) -> None:
         schema = schema_for(str(sub.get("_target_")))
         if schema is not None:
             _check_node(group, sub, schema)
-            _check_files(cfg, group, schema)
+            if files:
+                _check_files(cfg, group, schema)
         elif group == "model":
             _check_user_model(sub)
         else:

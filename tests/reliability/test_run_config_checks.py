@@ -86,3 +86,22 @@ def test_the_command_line_reports_a_bad_config_in_one_line(
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "does not fit" in err and "Traceback" not in err
+
+
+def test_a_run_loads_without_the_word_vectors_it_trained_with(tmp_path: Path) -> None:
+    """Its vocabulary and embeddings are saved: predict needs no vectors file, and a folder
+    from another machine names one that is not here."""
+    from omegaconf import OmegaConf
+
+    from foldexp.train.app import compose_config
+    from foldexp.validate import check_config, check_run_config
+
+    vectors = tmp_path / "vectors.txt"
+    vectors.write_text("good 0.1 0.2\n")
+    cfg = compose_config(["experiment=trees_ptb", f"dataset.path={tmp_path}",
+                          f"dataset.word_vectors={vectors}"], tmp_path / "run")  # fmt: skip
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config["dataset"]["word_vectors"] = str(tmp_path / "elsewhere.txt")
+    check_run_config(config, "run_info.json")
+    with pytest.raises(ConfigError, match=r"dataset\.word_vectors=.*elsewhere\.txt; expected an"):
+        check_config(config)
