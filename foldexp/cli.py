@@ -140,8 +140,8 @@ def _predict(argv: list[str]) -> int:
     ap.add_argument("run_dir", help="a trained run's folder (run_info.json, checkpoints/best.pt)")
     ap.add_argument(
         "input",
-        help="CSV/CSV.gz with the run's SMILES or text column, a PTB file, a file of one input a "
-        "line, or - for stdin",
+        help="CSV/CSV.gz (comma, tab or semicolon) with the run's SMILES or text column, a PTB "
+        "file, a file of one input a line (a row per line), or - for stdin",
     )
     ap.add_argument("--output", "-o", default=None, help="CSV to write (default: stdout)")
     ap.add_argument("--column", default=None, help="input column (default: the run's)")
