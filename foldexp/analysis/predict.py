@@ -28,7 +28,7 @@ import torch
 from tqdm import tqdm
 
 from foldexp.blocks import InputError
-from foldexp.data.molecule_csv import sniff_text_delimiter
+from foldexp.data.delimiters import sample_lines, sniff_text_delimiter, table_width
 from foldexp.train.artifacts import write_text
 from foldexp.train.runs import TrainedRun, load_trained
 
@@ -156,12 +156,7 @@ def _column_index(header: list[str], column: str) -> int | None:
 def _is_table(text: str, delimiter: str, width: int) -> bool:
     """A header of several fields whose next lines have as many: a CSV, not lines of text that
     happen to hold a comma."""
-    if width < 2:
-        return False
-    rows = [line for line in text.splitlines()[1:6] if line.strip()]
-    return bool(rows) and all(
-        len(next(csv.reader([row], delimiter=delimiter), [])) == width for row in rows
-    )
+    return width > 1 and table_width(*sample_lines(text), delimiter) == width
 
 
 def _predict_batch(run: TrainedRun, examples: Sequence[Any]) -> torch.Tensor:

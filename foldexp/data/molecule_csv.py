@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-import itertools
 import math
 import os
 import zlib
@@ -22,20 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
+from foldexp.data.delimiters import sniff_text_delimiter
 from foldexp.data.errors import FormatError, MoleculeError
 
-__all__ = [
-    "MISSING",
-    "read_csv_column",
-    "read_csv_text",
-    "read_molecule_rows",
-    "sniff_delimiter",
-    "sniff_text_delimiter",
-]
+__all__ = ["MISSING", "read_csv_column", "read_csv_text", "read_molecule_rows"]
 
 MISSING = {"", "nan", "na", "n/a", "none", "null"}  # a target field holding no value
 _GZIP_MAGIC = b"\x1f\x8b"
-_DELIMITERS = (",", "\t", ";")  # comma first: it wins a tie
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -61,45 +53,6 @@ def read_csv_text(path: str | os.PathLike[str]) -> str:
             f"{path}:{line}: expected UTF-8 text, found byte 0x{raw[exc.start]:02x} "
             f"({exc.reason}); save the file as UTF-8"
         ) from None
-
-
-def sniff_delimiter(header_line: str, rows: Sequence[str] = ()) -> str:
-    """The field separator of a CSV whose header is ``header_line``: comma, tab or semicolon.
-
-    Of the separators that split the header into several fields and each line of ``rows`` (a
-    few lines after it) into as many, the one giving the most fields (comma on a tie): a tab
-    file whose column names hold commas (``logP, measured``) is read by tabs. Without rows, or
-    where none agrees, the header's most frequent separator (comma when none occurs or on a
-    tie). Fields are read as CSV: a quoted separator does not count.
-    """
-    agreeing = [
-        (width, -k)
-        for k, d in enumerate(_DELIMITERS)
-        if (width := _width(header_line, d)) > 1
-        and rows
-        and all(_width(row, d) == width for row in rows)
-    ]
-    if agreeing:
-        return _DELIMITERS[-max(agreeing)[1]]
-    counts = [header_line.count(d) for d in _DELIMITERS]
-    return _DELIMITERS[counts.index(max(counts))]
-
-
-def sniff_text_delimiter(text: str, sample: int = 5) -> str:
-    """``sniff_delimiter`` of a whole CSV text: its first line against the next ``sample``
-    non-blank lines."""
-    lines = iter(text.splitlines())
-    header = next(lines, "")
-    rows = [line for line in itertools.islice((x for x in lines if x.strip()), sample)]
-    return sniff_delimiter(header, rows)
-
-
-def _width(line: str, delimiter: str) -> int:
-    """How many fields ``line`` has, read as CSV with ``delimiter`` (0 where it is malformed)."""
-    try:
-        return len(next(csv.reader([line], delimiter=delimiter), []))
-    except csv.Error:
-        return 0
 
 
 def _records(path: Path) -> tuple[list[str], Iterator[tuple[int, int, list[str]]]]:

@@ -26,8 +26,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from foldexp.data.delimiters import sniff_text_delimiter
 from foldexp.data.errors import FormatError
-from foldexp.data.molecule_csv import sniff_text_delimiter
 from foldexp.data.trees import Tree
 
 __all__ = [
@@ -200,7 +200,7 @@ def read_text_csv(
     split_column: str | None = None,
 ) -> list[TextRow]:
     """Every non-blank record of a CSV (or CSV.gz, known by its magic bytes) with a header row,
-    its separator (comma, tab or semicolon) found as for molecule CSVs (``sniff_delimiter``).
+    its separator (comma, tab or semicolon) found as for molecule CSVs (``delimiters.py``).
 
     Args:
         path: The file.

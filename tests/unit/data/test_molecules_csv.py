@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from foldexp.data.delimiters import sniff_delimiter, sniff_text_delimiter
 from foldexp.data.errors import DataWarning, FormatError, MoleculeError
-from foldexp.data.molecule_csv import read_csv_column, sniff_delimiter, sniff_text_delimiter
+from foldexp.data.molecule_csv import read_csv_column
 from foldexp.data.molecules import check_molecule_csv, load_molecule_csv
 from foldexp.data.splits import column_split
 from foldexp.models.scores import average_precision, roc_auc
