@@ -40,6 +40,7 @@ __all__ = [
     "check_bool_overrides",
     "check_registered",
     "check_run_config",
+    "check_section",
     "import_target",
     "plain",
     "schema_for",
@@ -220,6 +221,13 @@ def _check_node(prefix: str, node: Mapping[str, Any], schema: type) -> None:
     for key, spec in fields.items():
         if key in node:
             _check_value(f"{prefix}.{key}", node[key], spec)
+
+
+def check_section(prefix: str, node: Mapping[str, Any], schema: type) -> None:
+    """One config section against its schema dataclass: no unknown key, every number in its
+    range (``ConfigError`` naming ``prefix.key``); for configs other than training's (the
+    bench's)."""
+    _check_node(prefix, node, schema)
 
 
 def _check_optimizer_target(node: Mapping[str, Any]) -> None:

@@ -27,8 +27,9 @@ def main(cfg: DictConfig) -> None:
     check_command_line(cfg)  # what OmegaConf lets through (a boolean key given 2)
     composition_done()  # from here, errors are the run's (foldexp/config/hydra_errors.py)
     from foldexp.bench.run import run_bench
+    from foldexp.train.app import report_errors
 
-    run_bench(cfg)
+    report_errors("bench", lambda: run_bench(cfg))  # a wrong value: one line, exit status 2
 
 
 def compose_config(

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from foldexp.bench.grid import Cell, Record
 from foldexp.bench.markdown import render
 from foldexp.bench.results import CSV_NAME, table1_summary, throughput_summary, to_frame
+from foldexp.bench.schema import check_bench_config
 from foldexp.bench.timing import setup_env
 from foldexp.config import enum_value
 from foldexp.kernels import configure_kernels, keep_freed_memory
@@ -55,8 +56,11 @@ def _cells(cfg: DictConfig, env: Any, out_dir: Path) -> list[Cell]:
 
 
 def run_bench(cfg: DictConfig) -> pd.DataFrame:
-    """Runs the grid of ``cfg.bench`` and returns the tidy frame it also wrote to CSV."""
+    """Runs the grid of ``cfg.bench`` and returns the tidy frame it also wrote to CSV; a value
+    outside its range fails first (``check_bench_config``), before anything is timed."""
     from tqdm import tqdm
+
+    check_bench_config(cfg)
 
     out_dir = Path(cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 from foldexp.config import DeviceConfig, PathsConfig, register_configs
+from foldexp.config.fields import non_negative, positive
 
 __all__ = [
     "Experiment",
@@ -25,6 +28,7 @@ __all__ = [
     "BenchConfig",
     "BenchAppConfig",
     "register_bench_configs",
+    "check_bench_config",
 ]
 
 
@@ -47,10 +51,10 @@ class ManualMode(str, Enum):
 
 @dataclass
 class ScalingConfig:
-    leaves: list[int] = field(default_factory=lambda: [16, 32, 64, 128, 256, 512, 1024])
+    leaves: list[int] = positive([16, 32, 64, 128, 256, 512, 1024])
     shapes: list[str] = field(default_factory=lambda: ["balanced", "random", "chain"])
-    batch_size: int = 32
-    state_size: int = 128
+    batch_size: int = positive(32)
+    state_size: int = positive(128)
     modes: list[Mode] = field(default_factory=lambda: [Mode.inference])
 
 
@@ -75,50 +79,50 @@ class PeersConfig:
             "dgl",
         ]
     )
-    trees: int = 256
-    leaves: int = 64
-    hidden: int = 128
-    embed: int = 128
-    vocab: int = 1000
-    classes: int = 5
-    loop_trees: int = 64
-    warmup: int = 1
-    repeats: int = 5
-    steps_per_turn: int = 1
-    timeout_s: float = 600.0
-    dynet_mem: int = 1536
+    trees: int = positive(256)
+    leaves: int = positive(64)
+    hidden: int = positive(128)
+    embed: int = positive(128)
+    vocab: int = positive(1000)
+    classes: int = positive(5)
+    loop_trees: int = non_negative(64)  # 0: every tree
+    warmup: int = non_negative(1)
+    repeats: int = positive(5)
+    steps_per_turn: int = positive(1)
+    timeout_s: float = positive(600.0)
+    dynet_mem: int = positive(1536)
     python: str = ""
 
 
 @dataclass
 class DynetTasksConfig:
     tasks: list[str] = field(default_factory=lambda: ["rnnlm", "tagger", "treelstm"])
-    rnnlm_batch_sizes: list[int] = field(default_factory=lambda: [1, 4, 16, 64])
-    tagger_batch_sizes: list[int] = field(default_factory=lambda: [1, 32])
-    treelstm_batch_sizes: list[int] = field(default_factory=lambda: [1, 25])
-    sentences: int = 64
-    threads: int = 1
+    rnnlm_batch_sizes: list[int] = positive([1, 4, 16, 64])
+    tagger_batch_sizes: list[int] = positive([1, 32])
+    treelstm_batch_sizes: list[int] = positive([1, 25])
+    sentences: int = positive(64)
+    threads: int = positive(1)
 
 
 @dataclass
 class BenchConfig:
     name: str = "quick"
     experiments: list[Experiment] = field(default_factory=lambda: [Experiment.table1])
-    warmup: int = 1
-    repeats: int = 3
-    min_repeats: int = 1
-    budget_s: float = 20.0
-    boost_below: int = 32
+    warmup: int = non_negative(1)
+    repeats: int = positive(3)
+    min_repeats: int = positive(1)
+    budget_s: float = positive(20.0)
+    boost_below: int = non_negative(32)  # 0: no boost
     progress: bool = True
     plots: bool = True
-    state_size: int = 256
-    leaves: int = 128
-    vocab_size: int = 128
-    batch_sizes: list[int] = field(default_factory=lambda: [256, 64, 16, 1])
-    train_batch_sizes: list[int] = field(default_factory=list)
+    state_size: int = positive(256)
+    leaves: int = positive(128)
+    vocab_size: int = positive(128)
+    batch_sizes: list[int] = positive([256, 64, 16, 1])
+    train_batch_sizes: list[int] = positive([])
     modes: list[Mode] = field(default_factory=lambda: [Mode.inference, Mode.training])
     manual: ManualMode = ManualMode.level
-    warmup_trees: int = 64
+    warmup_trees: int = non_negative(64)  # 0: warm up on the full batch
     scaling: ScalingConfig = field(default_factory=ScalingConfig)
     peers: PeersConfig = field(default_factory=PeersConfig)
     dynet_tasks: DynetTasksConfig = field(default_factory=DynetTasksConfig)
@@ -146,3 +150,24 @@ def register_bench_configs() -> None:
     cs.store(name="bench_app_schema", node=BenchAppConfig)
     cs.store(group="bench", name="bench_schema", node=BenchConfig)
     _registered = True
+
+
+_SECTIONS = {"": BenchConfig, "scaling": ScalingConfig, "peers": PeersConfig,
+             "dynet_tasks": DynetTasksConfig}  # fmt: skip
+
+
+def check_bench_config(cfg: Any) -> None:
+    """Refuses, naming the key, a ``bench.*`` number outside its schema range or a peer that
+    does not exist, before anything is timed (``foldexp.validate.ConfigError``)."""
+    from foldexp.bench.peers import PEERS  # registered at import, tests add fakes
+    from foldexp.validate import ConfigError, check_section
+
+    bench = OmegaConf.to_container(cfg.bench, resolve=True)
+    for name, schema in _SECTIONS.items():
+        node = bench.get(name, {}) if name else bench
+        check_section(f"bench.{name}" if name else "bench", node, schema)
+    for name in bench.get("peers", {}).get("implementations", []):
+        if name not in PEERS:
+            raise ConfigError(
+                f"bench.peers.implementations: {name!r} is not a peer; one of {', '.join(PEERS)}"
+            )

@@ -16,6 +16,7 @@ from foldexp.bench.plots import redraw
 from foldexp.bench.results import CSV_NAME, FIELDS, to_frame
 from foldexp.bench.run import run_bench
 from foldexp.bench.timing import setup_env
+from foldexp.validate import ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +131,28 @@ def test_config_mistakes_fail_at_compose_time(tmp_path: Path) -> None:
         compose_config(["bench.no_such_key=1"], output_dir=tmp_path)
     with pytest.raises(Exception, match="experiments"):
         compose_config(["bench.experiments=[table2]"], output_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("bench.peers.implementations=[loop_plan]", "'loop_plan' is not a peer; one of engine"),
+        ("bench.peers.loop_trees=-3", "bench.peers.loop_trees=-3; expected a value >= 0"),
+        ("bench.peers.steps_per_turn=0", "bench.peers.steps_per_turn=0; expected a value > 0"),
+        ("bench.budget_s=nan", "bench.budget_s=nan; expected a finite value > 0"),
+        ("bench.batch_sizes=[256,0]", "bench.batch_sizes=[256, 0]; expected a value > 0"),
+        ("bench.scaling.batch_size=0", "bench.scaling.batch_size=0; expected a value > 0"),
+        ("bench.dynet_tasks.threads=0", "bench.dynet_tasks.threads=0; expected a value > 0"),
+    ],
+)
+def test_values_out_of_range_fail_before_anything_is_timed(
+    override: str, expected: str, tmp_path: Path
+) -> None:
+    cfg = compose_config(["bench=peers", override], output_dir=tmp_path / "run")
+    with pytest.raises(ConfigError) as err:
+        run_bench(cfg)
+    assert expected in str(err.value)
+    assert not (tmp_path / "run").exists()  # nothing written, nothing timed
 
 
 def test_cuda_without_a_gpu_fails_clearly() -> None:
