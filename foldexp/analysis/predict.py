@@ -17,7 +17,6 @@ batch that fails as a whole is retried one input at a time, so one bad input cos
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -29,6 +28,7 @@ from tqdm import tqdm
 
 from foldexp.blocks import InputError
 from foldexp.data.delimiters import sample_lines, sniff_text_delimiter, table_width
+from foldexp.data.textfile import decode_text, read_text
 from foldexp.train.artifacts import write_text
 from foldexp.train.runs import TrainedRun, load_trained
 
@@ -69,15 +69,6 @@ def input_reader(
     )
 
 
-def _open_text(path: str) -> io.TextIOBase:
-    if path == "-":
-        return sys.stdin  # type: ignore[return-value]
-    with open(path, "rb") as f:
-        gzipped = f.read(2) == b"\x1f\x8b"
-    raw = gzip.open(path, "rb") if gzipped else open(path, "rb")  # noqa: SIM115
-    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-
-
 def read_inputs(path: str, column: str | None) -> tuple[str, list[str]]:
     """``(column name, inputs)`` of ``path``.
 
@@ -89,8 +80,9 @@ def read_inputs(path: str, column: str | None) -> tuple[str, list[str]]:
     each, so rows keep the file's line numbers) but drops those at the end.
 
     Raises:
-        ValueError: a file that is not UTF-8, a CSV without the column, a record whose width
-            differs from the header's (naming its line).
+        ValueError: a file that is not UTF-8 (naming the line) or a damaged gzip file (a
+            ``TextFileError``), a CSV without the column, a record whose width differs from the
+            header's (naming its line).
     """
     text = _read_text(path)
     if column is not None:
@@ -104,13 +96,12 @@ def read_inputs(path: str, column: str | None) -> tuple[str, list[str]]:
 
 
 def _read_text(path: str) -> str:
-    with _open_text(path) as f:
-        try:
-            return f.read()
-        except UnicodeDecodeError as exc:
-            raise ValueError(
-                f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8"
-            ) from None
+    """The text of ``path``, or of standard input for ``-``, read as training reads a file
+    (``foldexp.data.textfile``: gzip by its magic bytes, UTF-8, a byte-order mark dropped)."""
+    if path != "-":
+        return read_text(path)
+    raw = getattr(sys.stdin, "buffer", None)  # None: a text stream (already decoded)
+    return sys.stdin.read() if raw is None else decode_text(raw.read(), "<stdin>")
 
 
 def _csv_column(path: str, text: str, column: str) -> tuple[str, list[str]] | None:

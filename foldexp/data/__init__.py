@@ -5,6 +5,7 @@ This is a leaf layer: it imports nothing else from foldexp, and models convert i
 
 Modules:
 
+* :mod:`~foldexp.data.textfile` -- every user's text file read one way (gzip, UTF-8);
 * :mod:`~foldexp.data.trees` -- the immutable :class:`Tree`;
 * :mod:`~foldexp.data.ptb`, :mod:`~foldexp.data.sst` -- PTB tree parser, Stanford Sentiment
   Treebank and its label views; :mod:`~foldexp.data.vocab` -- :class:`Vocabulary`;
@@ -32,6 +33,7 @@ from foldexp.data.errors import (
     FetchError,
     FormatError,
     MoleculeError,
+    TextFileError,
     TreeParseError,
 )
 
@@ -107,6 +109,7 @@ __all__ = [
     "MoleculeError",
     "MoleculeGraph",
     "SequenceExample",
+    "TextFileError",
     "Tree",
     "TreeParseError",
     "Vocabulary",

@@ -16,6 +16,7 @@ __all__ = [
     "FetchError",
     "FormatError",
     "MoleculeError",
+    "TextFileError",
     "TreeParseError",
 ]
 
@@ -30,6 +31,31 @@ class DataWarning(UserWarning):
 
 class FormatError(DataError, ValueError):
     """A data file does not have the expected format (the message names file and line)."""
+
+
+class TextFileError(FormatError):
+    """A user's file cannot be read as text: a damaged gzip stream, or a byte that is not UTF-8
+    (:mod:`foldexp.data.textfile`).
+
+    Attributes:
+        path: The file (or ``<stdin>``).
+        line: 1-based line of the offending byte; ``None`` for a damaged gzip stream.
+        column: 1-based column (in characters) of that byte; ``None`` with ``line``.
+        message: What was expected, what was found and what to do, without the location.
+    """
+
+    def __init__(
+        self, path: str | Path, line: int | None, column: int | None, message: str
+    ) -> None:
+        self.path = str(path)
+        self.line = line
+        self.column = column
+        self.message = message
+        where = self.path if line is None else f"{self.path}:{line}:{column}"
+        super().__init__(f"{where}: {message}")
+
+    def __reduce__(self):  # keep the exception picklable (multiprocessing, pytest-xdist)
+        return (type(self), (self.path, self.line, self.column, self.message))
 
 
 class TreeParseError(FormatError):

@@ -19,7 +19,13 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from foldexp.data.errors import DataError, DataWarning, FetchError, TreeParseError
+from foldexp.data.errors import (
+    DataError,
+    DataWarning,
+    FetchError,
+    TextFileError,
+    TreeParseError,
+)
 from foldexp.data.paths import resolve_data_dir
 from foldexp.data.sst import SST_SIZES, SST_SPLITS, read_sst_file
 
@@ -263,9 +269,9 @@ def _check_sst_split(copy: Path, origin: str, split: str, notes: list[str]) -> N
     moved into place); only the name in the message is the user's.
     """
     try:
-        trees = read_sst_file(copy)  # labels 0..4, binary trees, UTF-8
-    except TreeParseError as exc:
-        raise TreeParseError(origin, exc.line, exc.column, exc.message) from None
+        trees = read_sst_file(copy)  # labels 0..4, binary trees, UTF-8 (gzipped or not)
+    except (TreeParseError, TextFileError) as exc:
+        raise type(exc)(origin, exc.line, exc.column, exc.message) from None
     if len(trees) != SST_SIZES[split]:
         notes.append(f"{split}.txt has {len(trees)} trees, the release {SST_SIZES[split]}")
 

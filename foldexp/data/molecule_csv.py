@@ -11,11 +11,9 @@ Featurising the molecules and caching them is ``molecules.py``.
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import math
 import os
-import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -23,36 +21,12 @@ import numpy as np
 
 from foldexp.data.delimiters import sniff_text_delimiter
 from foldexp.data.errors import FormatError, MoleculeError
+from foldexp.data.textfile import read_text
 
-__all__ = ["MISSING", "read_csv_column", "read_csv_text", "read_molecule_rows"]
+__all__ = ["MISSING", "read_csv_column", "read_molecule_rows"]
 
 MISSING = {"", "nan", "na", "n/a", "none", "null"}  # a target field holding no value
-_GZIP_MAGIC = b"\x1f\x8b"
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-
-def read_csv_text(path: str | os.PathLike[str]) -> str:
-    """The text of a CSV file, gunzipped when it starts with gzip's magic bytes (whatever its
-    name), decoded as UTF-8 (a byte-order mark is dropped).
-
-    Raises:
-        FormatError: The gzip stream is damaged, or the text is not UTF-8 (naming the line).
-    """
-    path = Path(path)
-    raw = path.read_bytes()
-    if raw[:2] == _GZIP_MAGIC:
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise FormatError(f"{path}: a damaged gzip file ({exc}); expected a CSV.gz") from None
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise FormatError(
-            f"{path}:{line}: expected UTF-8 text, found byte 0x{raw[exc.start]:02x} "
-            f"({exc.reason}); save the file as UTF-8"
-        ) from None
 
 
 def _records(path: Path) -> tuple[list[str], Iterator[tuple[int, int, list[str]]]]:
@@ -61,7 +35,7 @@ def _records(path: Path) -> tuple[list[str], Iterator[tuple[int, int, list[str]]
     Row numbers count records after the header from 1 (blank records included, so a row number
     is stable); blank records themselves are not yielded.
     """
-    text = read_csv_text(path)
+    text = read_text(path)
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=sniff_text_delimiter(text))
     try:
         header = next(reader, None)

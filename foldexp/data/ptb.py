@@ -22,7 +22,8 @@ import re
 from os import PathLike
 from pathlib import Path
 
-from foldexp.data.errors import TreeParseError
+from foldexp.data.errors import TextFileError, TreeParseError
+from foldexp.data.textfile import read_text
 from foldexp.data.trees import Tree, gc_paused
 
 __all__ = ["PTB_ESCAPES", "parse_tree", "read_ptb_file", "unescape_word"]
@@ -218,7 +219,7 @@ def read_ptb_file(
     Blank lines carry no tree and are ignored; every other line must hold exactly one tree.
 
     Args:
-        path: The UTF-8 text file to read.
+        path: The UTF-8 text file to read, gzipped or not (``foldexp.data.textfile``).
         label_range: Inclusive bounds for every label, or ``None``.
         internal_words: Allow ``(label word child ...)`` nodes.
         unescape: Replace PTB escapes in words.
@@ -229,21 +230,15 @@ def read_ptb_file(
     Raises:
         FileNotFoundError: ``path`` does not exist.
         TreeParseError: The file is empty, is not UTF-8, or has a malformed line.
+        TextFileError: The file is a damaged gzip file.
     """
     path = Path(path)
-    data = path.read_bytes()
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        line_start = data.rfind(b"\n", 0, exc.start) + 1
-        column = len(data[line_start : exc.start].decode("utf-8", errors="replace")) + 1
-        bad = data[exc.start : exc.start + 1].hex()
-        raise TreeParseError(
-            path, line, column, f"expected UTF-8 text, got byte 0x{bad} (is this a tree file?)"
-        ) from None
-    if text.startswith("\ufeff"):
-        text = text[1:]  # a UTF-8 byte-order mark is harmless; don't count it as a column
+        text = read_text(path)
+    except TextFileError as exc:
+        if exc.line is None:  # a damaged gzip stream: no line to name
+            raise
+        raise TreeParseError(exc.path, exc.line, exc.column, exc.message) from None
     with gc_paused():
         trees = [
             parse_tree(

@@ -17,7 +17,6 @@ every row of a CSV or gzipped CSV, with the line each row starts on for error me
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import os
 from collections.abc import Iterable, Sequence
@@ -28,6 +27,7 @@ import numpy as np
 
 from foldexp.data.delimiters import sniff_text_delimiter
 from foldexp.data.errors import FormatError
+from foldexp.data.textfile import read_text
 from foldexp.data.trees import Tree
 
 __all__ = [
@@ -168,26 +168,6 @@ class TextRow(NamedTuple):
     split: str | None
 
 
-def _decode(path: Path) -> str:
-    """The file's text: gunzipped when it starts with gzip's magic bytes, UTF-8 (a byte-order
-    mark is dropped); a byte that is not UTF-8 fails naming its line."""
-    data = path.read_bytes()
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise FormatError(f"{path}: starts like gzip but does not decompress: {exc}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        bad = data[exc.start : exc.start + 1].hex()
-        raise FormatError(
-            f"{path}:{line}: expected UTF-8 text, got byte 0x{bad}; save the file as UTF-8"
-        ) from None
-    return text.removeprefix("\ufeff")
-
-
 def _cell(record: list[str], index: int | None) -> str | None:
     """The record's cell at ``index``; ``None`` for no such column or a short row."""
     return record[index] if index is not None and index < len(record) else None
@@ -209,14 +189,15 @@ def read_text_csv(
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        FormatError: The file is not UTF-8 (naming the line), is not valid CSV (naming the
-            line), is empty, lacks a named column (listing the header's columns), or has a
-            record with more fields than the header (naming its line).
+        FormatError: The file is not UTF-8 (naming the line) or a damaged gzip file
+            (``textfile``), is not valid CSV (naming the line), is empty, lacks a named column
+            (listing the header's columns), or has a record with more fields than the header
+            (naming its line).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist (expected a CSV or CSV.gz file)")
-    text = _decode(path)
+    text = read_text(path)
     delimiter = sniff_text_delimiter(text)
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     rows: list[TextRow] = []

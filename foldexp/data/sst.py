@@ -27,6 +27,7 @@ from typing import Literal
 from foldexp.data.errors import DatasetNotFoundError, TreeParseError
 from foldexp.data.paths import resolve_data_dir
 from foldexp.data.ptb import read_ptb_file
+from foldexp.data.textfile import read_text
 from foldexp.data.trees import NO_LABEL, Tree, gc_paused
 
 __all__ = [
@@ -106,7 +107,7 @@ def _non_binary_error(path: Path, index: int) -> TreeParseError:
     (as in :func:`read_ptb_file`), and PTB words hold no parentheses, so the parentheses alone
     give the node's column.
     """
-    text = path.read_text(encoding="utf-8").removeprefix("\ufeff")
+    text = read_text(path)
     lines = [(n, line) for n, line in enumerate(text.split("\n"), start=1) if line.strip(" \t\r\n")]
     number, line = lines[index]
     open_nodes: list[list[int]] = []  # [column of its '(', children so far]

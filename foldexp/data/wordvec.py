@@ -1,7 +1,8 @@
 """Pre-trained word vectors in the GloVe text format, aligned to a :class:`Vocabulary`.
 
 The format is one word per line followed by its ``d`` float components, separated by single
-spaces (``the 0.418 0.24968 ...``), optionally gzip-compressed (``.gz``). A word2vec-style header
+spaces (``the 0.418 0.24968 ...``), optionally gzip-compressed (known by its magic bytes, whatever
+the name: ``foldexp.data.textfile``, which streams the file line by line). A word2vec-style header
 line ``N d`` is accepted too. Only the vectors of vocabulary words are converted to floats, so
 aligning a small vocabulary against a large file stays quick; every line's field count is still
 checked, so a truncated file is reported rather than half-read, and no line may hold NaN or
@@ -17,9 +18,8 @@ undone, and both; the first form found wins.
 
 from __future__ import annotations
 
-import gzip
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -27,6 +27,7 @@ import numpy as np
 
 from foldexp.data.errors import FormatError
 from foldexp.data.ptb import PTB_ESCAPES, unescape_word
+from foldexp.data.textfile import iter_lines
 from foldexp.data.vocab import Vocabulary
 
 __all__ = [
@@ -73,34 +74,13 @@ def default_lookup_keys(word: str) -> list[str]:
     return list(dict.fromkeys(keys))  # drop repeats, keep the order of preference
 
 
-def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, line)`` without the line break.
-
-    Lines are read as bytes and decoded one by one, so a decoding error names the right line
-    (a text wrapper decodes whole chunks and would blame the wrong one).
-    """
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rb") as f:
-            for number, raw in enumerate(f, start=1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise FormatError(
-                        f"{path}:{number}: expected UTF-8 text, got byte 0x{raw[exc.start]:02x}"
-                    ) from None
-                yield number, line.rstrip("\r\n")
-    except (gzip.BadGzipFile, EOFError) as exc:
-        raise FormatError(f"{path}: expected a gzip-compressed text file: {exc}") from None
-
-
 def read_word_vectors(
     path: str | os.PathLike[str], words: set[str] | None = None
 ) -> tuple[dict[str, np.ndarray], int]:
     """Read a GloVe-format file.
 
     Args:
-        path: A ``.txt`` or ``.txt.gz`` file.
+        path: A text file, gzipped or not (``.txt``, ``.txt.gz``).
         words: If given, only vectors of these words are converted and returned.
 
     Returns:
@@ -116,7 +96,7 @@ def read_word_vectors(
     path = Path(path)
     vectors: dict[str, np.ndarray] = {}
     dim: int | None = None
-    for number, line in _iter_lines(path):
+    for number, line in iter_lines(path):
         if not line.strip():
             continue
         parts = line.rstrip(" ").split(" ")
@@ -168,7 +148,7 @@ def word_vector_width(path: str | os.PathLike[str]) -> int:
             ``count d`` header.
     """
     path = Path(path)
-    for number, line in _iter_lines(path):
+    for number, line in iter_lines(path):
         if not line.strip():
             continue
         parts = line.rstrip(" ").split(" ")
@@ -219,7 +199,7 @@ def align_word_vectors(
     """Build an embedding matrix for ``vocab`` from a GloVe-format file.
 
     Args:
-        path: The vectors file (``.txt`` or ``.txt.gz``).
+        path: The vectors file, gzipped or not (``.txt``, ``.txt.gz``).
         vocab: The vocabulary whose ids index the rows.
         seed: Seed of the generator for rows without a pre-trained vector.
         scale: Those rows are drawn uniformly from ``[-scale, scale]`` (small next to GloVe's

@@ -1,11 +1,12 @@
 """PTB-format tree files read into checked, relabelled train/dev/test splits (``trees_ptb``).
 
 ``load_tree_splits`` reads one tree a line from ``train.txt``/``dev.txt``/``test.txt`` in a
-folder, or from one file split at random, remembering each tree's ``FILE:LINE`` so that a bad
-label fails naming where it is. Labels are class ids ``0..K-1`` (``-1``: a node without a
-label); ``label_map`` relabels, ``drop_unscored_roots`` drops trees whose root has no predicted
-class, ``labels=root`` keeps the root labels alone, and ``collapse_unary`` merges unary chains
-(``collapse_unary_chains``). The dataset builders over these splits are in ``tree_data``.
+folder, or from one file split at random (UTF-8, plain or gzipped: ``foldexp.data.textfile``),
+remembering each tree's ``FILE:LINE`` so that a bad label fails naming where it is. Labels are
+class ids ``0..K-1`` (``-1``: a node without a label); ``label_map`` relabels,
+``drop_unscored_roots`` drops trees whose root has no predicted class, ``labels=root`` keeps the
+root labels alone, and ``collapse_unary`` merges unary chains (``collapse_unary_chains``). The
+dataset builders over these splits are in ``tree_data``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from foldexp.data.errors import FormatError
 from foldexp.data.ptb import read_ptb_file
 from foldexp.data.splits import random_split
+from foldexp.data.textfile import read_text
 from foldexp.data.trees import NO_LABEL, Tree, gc_paused
 from foldexp.validate import ConfigError, plain
 
@@ -45,7 +47,7 @@ def _read(path: Path, key: str) -> tuple[list[Tree], list[str]]:
         raise FileNotFoundError(f"{key}: {path} does not exist (expected one PTB tree a line)")
     trees = read_ptb_file(path)
     # read_ptb_file skips blank lines; number the rest the same way to locate each tree.
-    text = path.read_bytes().decode("utf-8").removeprefix("\ufeff")
+    text = read_text(path)  # the same text read_ptb_file parsed (gzip, byte-order mark)
     numbers = [n for n, line in enumerate(text.split("\n"), start=1) if line.strip(WHITESPACE)]
     if len(numbers) != len(trees):  # the reader skipped other lines too: count trees instead
         return trees, [f"{path}: tree {k}" for k in range(1, len(trees) + 1)]

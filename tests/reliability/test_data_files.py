@@ -8,6 +8,7 @@ whose errors name them.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import re
 import zipfile
@@ -15,14 +16,19 @@ from pathlib import Path
 
 import pytest
 
+from foldexp.analysis.predict import read_inputs
 from foldexp.analysis.report import collect_results
 from foldexp.data import fetch
 from foldexp.data.cli import main
 from foldexp.data.errors import DataWarning, FetchError, FormatError, TreeParseError
 from foldexp.data.jsonfile import read_json
+from foldexp.data.molecule_csv import read_molecule_rows
+from foldexp.data.ptb import read_ptb_file
+from foldexp.data.sequences import read_text_csv
 from foldexp.data.sst import load_sst, read_sst_file
 from foldexp.data.vocab import Vocabulary
 from foldexp.data.wordvec import align_word_vectors, read_word_vectors, word_vector_width
+from foldexp.experiments.tree_files import load_tree_splits
 
 TREES = {
     "train": "(3 (2 It) (4 (2 is) (4 good)))\n(1 (2 Not) (1 good))\n",
@@ -78,7 +84,7 @@ def test_the_width_of_a_vector_file_is_known_before_loading_it(tmp_path: Path) -
         word_vector_width(empty)
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"\xff\xfe 1 2\n")
-    with pytest.raises(FormatError, match=r"bad\.txt:1: expected UTF-8 text, got byte 0xff"):
+    with pytest.raises(FormatError, match=r"bad\.txt:1:1: expected UTF-8 text, got byte 0xff"):
         word_vector_width(bad)
 
 
@@ -196,3 +202,106 @@ def test_report_names_a_broken_results_file(tmp_path: Path) -> None:
     where = re.escape(str(bad / "results.json"))
     with pytest.raises(ValueError, match=rf"^{where}:1:22: expected valid JSON"):
         collect_results([tmp_path])
+
+
+# ------------------------------------------------------------------ one reader for every text file
+
+# Every reader of a user's text file, with a file it accepts. Line 3 holds "cafe": the bad copies
+# write "café" in Latin-1 there, so the refusal must name line 3 and the column of the "é".
+TEXT_READERS = {
+    "molecule CSV": (
+        "smiles,y\nCCO,1\nC cafe,2\nCCC,3\n",
+        lambda p: read_molecule_rows(p, "smiles", ("y",))[:2],
+    ),
+    "text CSV": (
+        "text,label\ngood,pos\nat the cafe,neg\nbad,neg\n",
+        lambda p: read_text_csv(p, "text", "label"),
+    ),
+    "PTB trees": (
+        "(3 (2 It) (4 good))\n\n(1 (2 cafe) (1 bad))\n",
+        lambda p: [t.to_ptb() for t in read_ptb_file(p)],
+    ),
+    "SST trees": (
+        "(3 (2 It) (4 good))\n\n(1 (2 cafe) (1 bad))\n",
+        lambda p: [t.to_ptb() for t in read_sst_file(p)],
+    ),
+    "tree files": (
+        "(1 (0 a) (1 b))\n(0 (0 c) (1 d))\n(1 (1 cafe) (0 e))\n" + "(0 (1 f) (0 g))\n" * 7,
+        lambda p: _tree_splits(p),
+    ),
+    "word vectors": (
+        "the 0.1 0.2\nof 0.3 0.4\ncafe 0.5 0.6\n",
+        lambda p: (
+            word_vector_width(p),
+            {w: v.tolist() for w, v in read_word_vectors(p)[0].items()},
+        ),
+    ),
+    "predict's input": (
+        "name,smiles\na,CCO\ncafe,CCC\nc,CCN\n",
+        lambda p: read_inputs(str(p), "smiles"),
+    ),
+}
+
+
+def _tree_splits(path: Path) -> tuple[list, list]:
+    """A tree file split at random: its trees, and the line each came from."""
+    splits = load_tree_splits(str(path), split="random")
+    return [[t.to_ptb() for t in s] for s in splits.trees], [
+        [o.rsplit(":", 1)[1] for o in origins] for origins in splits.origins
+    ]
+
+
+@pytest.mark.parametrize("reader", sorted(TEXT_READERS))
+def test_every_reader_of_a_users_text_file_reads_it_the_same_way(
+    tmp_path: Path, reader: str
+) -> None:
+    """gzip known by its magic bytes (whatever the name) and a byte-order mark are accepted;
+    a Latin-1 byte is refused naming file:line:column and what to do, a damaged gzip stream
+    naming the file -- by every reader, in the same words."""
+    text, read = TEXT_READERS[reader]
+    plain = tmp_path / "plain.txt"
+    plain.write_text(text, encoding="utf-8")
+    packed = tmp_path / "packed.txt"  # gzip without .gz in its name
+    packed.write_bytes(gzip.compress(text.encode("utf-8")))
+    bom = tmp_path / "bom.txt"
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    assert read(packed) == read(plain) == read(bom)
+    column = text.split("\n")[2].index("cafe") + 4  # the "é" of "café", 1-based
+    latin = text.replace("cafe", "caf\u00e9").encode("latin-1")
+    for name, data in (("latin.txt", latin), ("latin.gz", gzip.compress(latin))):
+        (tmp_path / name).write_bytes(data)
+        where = re.escape(f"{tmp_path / name}:3:{column}")
+        with pytest.raises(
+            FormatError, match=rf"^{where}: expected UTF-8 text, got byte 0xe9; save the file as"
+        ):
+            read(tmp_path / name)
+    damaged = tmp_path / "damaged.gz"
+    damaged.write_bytes(gzip.compress(text.encode("utf-8") * 20)[:-12])  # truncated
+    with pytest.raises(FormatError, match=rf"^{re.escape(str(damaged))}: a damaged gzip file"):
+        read(damaged)
+
+
+def test_predicts_standard_input_is_read_as_a_file_is(monkeypatch) -> None:
+    def stdin(data: bytes) -> None:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+
+    stdin(gzip.compress(b"\xef\xbb\xbfCCO\nCCC\n"))
+    assert read_inputs("-", None) == ("input", ["CCO", "CCC"])
+    stdin(b"CCO\ncaf\xe9\n")
+    with pytest.raises(FormatError, match=r"^<stdin>:2:4: expected UTF-8 text, got byte 0xe9"):
+        read_inputs("-", None)
+
+
+def test_a_damaged_gzip_import_names_the_users_file(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, dev=gzip.compress(TREES["dev"].encode("utf-8") * 50)[:30])
+    mine = re.escape(str(folder / "dev.txt"))
+    with pytest.raises(FormatError, match=rf"^{mine}: a damaged gzip file"):
+        fetch.import_dataset("sst", folder, tmp_path / "data")
+    assert not (tmp_path / "data" / "sst").exists()
+
+
+def test_a_gzipped_sst_file_names_the_node_that_is_not_binary(tmp_path: Path) -> None:
+    path = tmp_path / "dev.txt"
+    path.write_bytes(gzip.compress(b"(2 (2 So) (2 so))\n\n(3 (2 a) (2 b) (2 c))\n"))
+    with pytest.raises(TreeParseError, match=r"dev\.txt:3:1: expected a binary tree"):
+        read_sst_file(path)

@@ -73,7 +73,7 @@ def test_malformed_line_names_file_and_line(tmp_path):
     with pytest.raises(FormatError, match="empty file"):
         read_word_vectors(path)
     path.write_bytes(b"a 1 2\n\xff 1 2\n")
-    with pytest.raises(FormatError, match=r"broken\.txt:2: expected UTF-8"):
+    with pytest.raises(FormatError, match=r"broken\.txt:2:1: expected UTF-8"):
         read_word_vectors(path)
 
 

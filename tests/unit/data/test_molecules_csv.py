@@ -119,11 +119,11 @@ def test_header_only_and_empty_files_are_refused(tmp_path: Path) -> None:
 def test_non_utf8_bytes_name_the_line(tmp_path: Path) -> None:
     path = tmp_path / "latin1.csv"
     path.write_bytes("smiles,y\nCCO,1\nCCC,2\nCC(=O)O,3 \xe9\n".encode("latin-1"))
-    with pytest.raises(FormatError, match=r"latin1\.csv:4: expected UTF-8 text, found byte 0xe9"):
+    with pytest.raises(FormatError, match=r"latin1\.csv:4:11: expected UTF-8 text, got byte 0xe9"):
         load_molecule_csv(path, target_columns="y")
     gz = tmp_path / "latin1.csv.gz"
     gz.write_bytes(gzip.compress(path.read_bytes()))
-    with pytest.raises(FormatError, match=r"latin1\.csv\.gz:4: expected UTF-8"):
+    with pytest.raises(FormatError, match=r"latin1\.csv\.gz:4:11: expected UTF-8"):
         load_molecule_csv(gz, target_columns="y")
 
 

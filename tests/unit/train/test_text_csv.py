@@ -138,7 +138,7 @@ def test_a_quoted_newline_keeps_the_line_numbers_right(tmp_path: Path) -> None:
 def test_non_utf8_and_missing_columns_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "latin.csv"
     path.write_bytes("text,label\ngood,pos\ncaf\u00e9,neg\n".encode("latin-1"))
-    with pytest.raises(FormatError, match=r"latin.csv:3: expected UTF-8 text, got byte 0xe9"):
+    with pytest.raises(FormatError, match=r"latin.csv:3:4: expected UTF-8 text, got byte 0xe9"):
         text_csv(str(path))
     with pytest.raises(FormatError, match=r"no column 'body' \(the text column\).*'review'"):
         text_csv(str(_csv(tmp_path / "a.csv", ROWS)), text_column="body")
