@@ -14,7 +14,7 @@ import csv
 import io
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +23,7 @@ from foldexp.data.delimiters import sniff_text_delimiter
 from foldexp.data.errors import FormatError, MoleculeError
 from foldexp.data.textfile import read_text
 
-__all__ = ["MISSING", "read_csv_column", "read_molecule_rows"]
+__all__ = ["MISSING", "read_csv_column", "read_molecule_rows", "record_lines"]
 
 MISSING = {"", "nan", "na", "n/a", "none", "null"}  # a target field holding no value
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -33,7 +33,8 @@ def _records(path: Path) -> tuple[list[str], Iterator[tuple[int, int, list[str]]
     """The header (stripped names) and ``(row number, line, fields)`` of every data record.
 
     Row numbers count records after the header from 1 (blank records included, so a row number
-    is stable); blank records themselves are not yielded.
+    is stable); blank records themselves are not yielded. ``line`` is the line the record
+    starts on: a quoted field may hold line breaks, so row ``r`` need not be on line ``r + 1``.
     """
     text = read_text(path)
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=sniff_text_delimiter(text))
@@ -47,10 +48,12 @@ def _records(path: Path) -> tuple[list[str], Iterator[tuple[int, int, list[str]]
         raise MoleculeError(f"{path}:1: expected a CSV header line, got a blank line")
 
     def rows() -> Iterator[tuple[int, int, list[str]]]:
+        start = reader.line_num + 1  # line_num: the last line read, where a record ends
         try:
             for row_number, record in enumerate(reader, start=1):
                 if record and any(x.strip() for x in record):  # a blank line holds no data
-                    yield row_number, reader.line_num, record
+                    yield row_number, start, record
+                start = reader.line_num + 1
         except csv.Error as exc:
             raise FormatError(f"{path}:{reader.line_num}: malformed CSV: {exc}") from None
 
@@ -141,3 +144,18 @@ def read_csv_column(path: str | os.PathLike[str], column: str) -> dict[int, str]
             )
         out[row_number] = record[col].strip()
     return out
+
+
+def record_lines(path: str | os.PathLike[str], rows: Iterable[int]) -> dict[int, int]:
+    """The line each of ``rows`` (row numbers as :func:`read_molecule_rows` gives them) starts
+    on, for an error that names rows: a quoted field may hold line breaks, so row ``r`` is not
+    always on line ``r + 1``. Reads the file up to the last of them."""
+    wanted = {int(r) for r in rows}
+    found: dict[int, int] = {}
+    if wanted:
+        for row_number, line, _ in _records(Path(path))[1]:
+            if row_number in wanted:
+                found[row_number] = line
+                if len(found) == len(wanted):
+                    break
+    return found

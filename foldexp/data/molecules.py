@@ -35,7 +35,7 @@ from tqdm import tqdm
 from foldexp.data import featurize
 from foldexp.data.errors import DatasetNotFoundError, DataWarning, MoleculeError
 from foldexp.data.molecule_cache import cache_path, read_cache, write_cache
-from foldexp.data.molecule_csv import read_molecule_rows
+from foldexp.data.molecule_csv import read_molecule_rows, record_lines
 from foldexp.data.paths import resolve_data_dir
 
 __all__ = [
@@ -99,7 +99,8 @@ class MoleculeDataset(Sequence[MoleculeGraph]):
         graphs: The molecules.
         target_names: CSV column of each target.
         source: The CSV file.
-        rows: 1-based data row (line - 1) of each molecule in the CSV.
+        rows: 1-based data row of each molecule in the CSV: its line - 1 unless a quoted field
+            before it spans lines (``molecule_csv.record_lines`` gives the line).
         skipped: ``(row, smiles)`` of rows left out as invalid (``on_invalid="skip"``).
     """
 
@@ -172,7 +173,9 @@ class MoleculeDataset(Sequence[MoleculeGraph]):
 
 
 def _describe_invalid(path: Path, invalid: list[tuple[int, str]]) -> str:
-    shown = "; ".join(f"row {row} (line {row + 1}): {s!r}" for row, s in invalid[:_SHOW_INVALID])
+    named = invalid[:_SHOW_INVALID]
+    lines = record_lines(path, (row for row, _ in named))
+    shown = "; ".join(f"row {row} (line {lines[row]}): {s!r}" for row, s in named)
     more = f"; and {len(invalid) - _SHOW_INVALID} more" if len(invalid) > _SHOW_INVALID else ""
     why = "RDKit could not parse them, or they hold spaces"
     return f"{path}: {len(invalid)} invalid SMILES ({why}): {shown}{more}"

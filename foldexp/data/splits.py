@@ -133,6 +133,7 @@ def column_split(
     fractions: Sequence[float] = (0.8, 0.1, 0.1),
     seed: int = 0,
     where: str = "the split column",
+    lines: Sequence[int] | None = None,
 ) -> tuple[np.ndarray, ...]:
     """The parts a column names: ``train``, ``valid``/``dev``/``validation``/``val`` or ``test``
     (any case) for each example.
@@ -146,6 +147,8 @@ def column_split(
         fractions: Only used to draw dev from train, as above.
         seed: Seed of that draw.
         where: The file and column, for error messages.
+        lines: The line each example starts on (named in errors); ``None``: its row + 1, which
+            holds unless a quoted field before it spans lines.
 
     Raises:
         FormatError: A value is none of the above (naming its row), or there is no train or
@@ -155,8 +158,9 @@ def column_split(
     for i, label in enumerate(labels):
         k = SPLIT_NAMES.get(label.strip().lower())
         if k is None:
+            line = rows[i] + 1 if lines is None else lines[i]
             raise FormatError(
-                f"{where}: row {rows[i]} (line {rows[i] + 1}) says {label!r}; expected train, "
+                f"{where}: row {rows[i]} (line {line}) says {label!r}; expected train, "
                 "valid (or dev) or test"
             )
         part[i] = k

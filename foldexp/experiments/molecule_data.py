@@ -28,7 +28,7 @@ import numpy as np
 
 from foldexp.config import enum_value
 from foldexp.data.errors import MoleculeError
-from foldexp.data.molecule_csv import read_csv_column
+from foldexp.data.molecule_csv import read_csv_column, record_lines
 from foldexp.data.molecules import (
     FETCHABLE,
     MoleculeDataset,
@@ -118,10 +118,12 @@ def _check_binary(dataset: MoleculeDataset, n: int) -> None:
     bad = np.argwhere(mask & (targets != 0) & (targets != 1))
     if not len(bad):
         return
+    named = bad[:_SHOW_BAD_LABELS]
+    lines = record_lines(dataset.source, (dataset.rows[i] for i, _ in named))
     shown = "; ".join(
-        f"row {dataset.rows[i]} (line {dataset.rows[i] + 1}), column "
+        f"row {dataset.rows[i]} (line {lines[int(dataset.rows[i])]}), column "
         f"{dataset.target_names[k]!r}: {targets[i, k]:g}"
-        for i, k in bad[:_SHOW_BAD_LABELS]
+        for i, k in named
     )
     more = f"; and {len(bad) - _SHOW_BAD_LABELS} more" if len(bad) > _SHOW_BAD_LABELS else ""
     raise MoleculeError(
@@ -146,7 +148,9 @@ def _parts(
     values = read_csv_column(dataset.source, str(split_column))
     rows = [int(r) for r in dataset.rows[: len(graphs)]]
     where = f"{dataset.source}: column {split_column!r}"
-    return column_split([values[r] for r in rows], rows, fractions, seed, where)
+    lines = record_lines(dataset.source, rows)
+    labels = [values[r] for r in rows]
+    return column_split(labels, rows, fractions, seed, where, [lines[r] for r in rows])
 
 
 def _check_labelled(

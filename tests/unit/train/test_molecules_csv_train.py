@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from foldexp.data.errors import DatasetNotFoundError, DataWarning, MoleculeError
+from foldexp.data.errors import DatasetNotFoundError, DataWarning, FormatError, MoleculeError
 from foldexp.experiments.molecule_data import molecule_inputs, molecules_csv
 from foldexp.models.scores import average_precision, roc_auc
 from foldexp.models.weave import WeaveModel, WeaveRegressor
@@ -184,6 +184,34 @@ def test_labels_other_than_0_1_are_refused_naming_row_and_column(tmp_path: Path)
     path.write_text("smiles,active\nCCO,1\nCCC,0\nCCN,2\nCCCl,0.5\n")
     with pytest.raises(MoleculeError, match=r"bad\.csv: .*row 3 \(line 4\), column 'active': 2"):
         _build(path, targets=["active"], task="classification")
+
+
+# A quoted name spanning three lines: the rows after it are no longer on line row + 1.
+SPANNING = 'name,smiles,active,fold\n"a\nlong\nname",CCO,1,train\nb,CCC,0,train\n'
+
+
+@pytest.mark.parametrize(
+    ("rows", "keys", "message"),
+    [
+        ("c,CCN,2,test\nd,CCCl,0,test\n", {}, r"row 3 \(line 6\), column 'active': 2"),
+        # the record itself spans lines: named by its first
+        ('"c\nc",CCN,x,test\n', {}, r"multi\.csv:6: row 3, column 'active': expected a number"),
+        ('c,CCN,0,test\n"d\nd",CCCl\n', {}, r"multi\.csv:7: row 4: expected 4 fields, got 2"),
+        (
+            "c,CCN,0,holdout\n",
+            {"split": "column", "split_column": "fold"},
+            r"column 'fold': row 3 \(line 6\) says 'holdout'",
+        ),
+        ("c,C1CC,0,test\nd,CCCl,1,test\n", {}, r"invalid SMILES .*: row 3 \(line 6\): 'C1CC'"),
+    ],
+)
+def test_errors_name_the_line_a_row_starts_on_after_a_field_spanning_lines(
+    tmp_path: Path, rows: str, keys: dict, message: str
+) -> None:
+    path = tmp_path / "multi.csv"
+    path.write_text(SPANNING + rows)
+    with pytest.raises(FormatError, match=message):
+        _build(path, targets=["active"], task="classification", **keys)
 
 
 def test_a_split_without_labels_is_refused_before_training(tmp_path: Path) -> None:
