@@ -3,10 +3,12 @@
 ``trees_ptb`` reads one tree a line (``(label word)`` leaves, ``(label child child ...)`` nodes,
 integer labels; ``-1`` marks a node without a label) from ``train.txt``/``dev.txt``/``test.txt``
 in a folder, or from one file split at random. Labels are class ids ``0..K-1``: ``K`` is
-``num_classes`` or, without it, the largest training label plus one. A label outside that range
-fails naming the file and line. Optional relabelling makes graded or SST-like label sets fit:
-``label_map`` (file label → class id, ``-1`` for none), ``drop_unscored_roots`` (trees whose root
-ends up unlabelled or in a class never predicted are dropped), ``predict_classes``, ``polarity``.
+``num_classes`` or, without it, the largest training label plus one (logged; every class below
+it must then label some node, so a mistyped 9 among labels 0-4 fails naming its line). A label
+outside that range fails naming the file and line. Optional relabelling makes graded or
+SST-like label sets fit: ``label_map`` (file label → class id, ``-1`` for none),
+``drop_unscored_roots`` (trees whose root ends up unlabelled or in a class never predicted are
+dropped), ``predict_classes``, ``polarity``.
 
 SST is ``trees_ptb`` with those options (``sst_options``): the fine view is labels 0-4 as they
 are; the binary view maps 0-1 → 0, 3-4 → 1 and neutral → unlabelled (or a third, never-predicted
@@ -116,6 +118,15 @@ def trees_ptb(
         collapse_unary,
         limit,
     )
+    if num_classes is None:
+        how = "after dataset.label_map" if label_map is not None else "dataset.num_classes not set"
+        log.info(
+            "%s: %d classes, 0..%d, from the training labels (%s)",
+            name,
+            data.num_classes,
+            data.num_classes - 1,
+            how,
+        )
     train, dev, test = data.trees
     vocab = Vocabulary.from_trees(train, lowercase=lowercase, min_count=min_count)
     if word_vectors and vector_vocab:

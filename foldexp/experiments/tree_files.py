@@ -3,7 +3,9 @@
 ``load_tree_splits`` reads one tree a line from ``train.txt``/``dev.txt``/``test.txt`` in a
 folder, or from one file split at random (UTF-8, plain or gzipped: ``foldexp.data.textfile``),
 remembering each tree's ``FILE:LINE`` so that a bad label fails naming where it is. Labels are
-class ids ``0..K-1`` (``-1``: a node without a label); ``label_map`` relabels,
+class ids ``0..K-1`` (``-1``: a node without a label); ``K`` is ``num_classes`` or, without it,
+the largest training label + 1, and then every class below ``K`` must label some node (a 9 among
+labels 0-4 is a typo, named by its line, not a ten-class model); ``label_map`` relabels,
 ``drop_unscored_roots`` drops trees whose root has no predicted class, ``labels=root`` keeps the
 root labels alone, and ``collapse_unary`` merges unary chains (``collapse_unary_chains``). The
 dataset builders over these splits are in ``tree_data``.
@@ -127,7 +129,13 @@ def _relabel(trees: list[Tree], label_map: list[int] | None) -> list[Tree]:
 def _infer_classes(
     splits: list[list[Tree]], origins: list[list[str]], num_classes: int | None, mapped: bool
 ) -> int:
-    """``num_classes``, or the largest training label + 1; checks every tree fits it."""
+    """``num_classes``, or the largest training label + 1; checks every tree fits it.
+
+    An inferred count must be used whole: without ``num_classes`` (and without ``label_map``,
+    which declares the classes itself) every class ``0..K-1`` must label some node, so that one
+    mistyped label (a 9 among labels 0-4) fails naming its line instead of widening the model
+    to ten classes, five of which never occur.
+    """
     given = num_classes is not None
     if num_classes is None:
         num_classes = max((max(t.labels()) for t in splits[0]), default=NO_LABEL) + 1
@@ -136,9 +144,11 @@ def _infer_classes(
                 f"the training trees' largest label is {num_classes - 1}; a classifier needs "
                 "two classes at least (labels 0 and 1; -1 marks a node without a label)"
             )
+    present: set[int] = set()
     for trees, where in zip(splits, origins):
         for tree, at in zip(trees, where):
-            top = max(tree.labels())
+            labels = tree.labels()
+            top = max(labels)
             if top >= num_classes:
                 why = (
                     f"dataset.num_classes={num_classes}"
@@ -148,7 +158,42 @@ def _infer_classes(
                 )
                 label = f"label {top} (after dataset.label_map)" if mapped else f"label {top}"
                 raise FormatError(f"{at}: {label}, but {why}")
+            present.update(labels)
+    if not given and not mapped:
+        _no_empty_class(splits, origins, num_classes, present)
     return num_classes
+
+
+def _no_empty_class(
+    splits: list[list[Tree]], origins: list[list[str]], num_classes: int, present: set[int]
+) -> None:
+    """Fails when a class below the inferred count labels no node, naming the first line that
+    holds the largest label (the one that set the count)."""
+    empty = [k for k in range(num_classes) if k not in present]
+    if not empty:
+        return
+    top = num_classes - 1
+    at = next(a for t, a in zip(splits[0], origins[0]) if max(t.labels()) == top)
+    raise FormatError(
+        f"{at}: label {top} makes {num_classes} classes (dataset.num_classes is not set), but "
+        f"no node in any split has label {_ranges(empty)}: the labels are "
+        f"{_ranges(sorted(present - {NO_LABEL}))}. A mistyped label? Fix it; or, if those "
+        f"classes are real but absent, set dataset.num_classes={num_classes}; or renumber the "
+        "labels with dataset.label_map"
+    )
+
+
+def _ranges(values: list[int]) -> str:
+    """Sorted integers written short: ``0..4, 9``."""
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ", ".join(
+        str(a) if a == b else f"{a}, {b}" if b == a + 1 else f"{a}..{b}" for a, b in runs
+    )
 
 
 def _root_only(tree: Tree) -> Tree:

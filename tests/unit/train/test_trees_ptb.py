@@ -123,6 +123,28 @@ def test_labels_out_of_range_name_the_file_and_line(
         trees_ptb(str(_folder(tmp_path / "t", lines)), **options)
 
 
+def test_a_stray_label_does_not_widen_an_inferred_class_count(tmp_path: Path, caplog) -> None:
+    """Labels 0-2 and one 9: without dataset.num_classes that is a typo named by its line,
+    not a ten-class model; declaring the count (or a dev tree holding 3..8) makes it real."""
+    stray = [*BINARY, "(9 (1 a) (2 b))"]
+    data = _folder(tmp_path / "t", {"train": stray, "dev": BINARY, "test": BINARY})
+    with pytest.raises(
+        FormatError,
+        match=r"train\.txt:5: label 9 makes 10 classes \(dataset\.num_classes is not set\), but "
+        r"no node in any split has label 3\.\.8: the labels are 0\.\.2, 9\. A mistyped label\?"
+        r".* set dataset\.num_classes=10",
+    ):
+        trees_ptb(str(data))
+    with pytest.raises(FormatError, match=r"train\.txt:5: label 9, but dataset.num_classes=3 "):
+        trees_ptb(str(data), num_classes=3)
+    assert trees_ptb(str(data), num_classes=10).info["num_classes"] == 10
+    full = [f"({k} (0 a) (1 b))" for k in range(3, 9)]
+    whole = _folder(tmp_path / "w", {"train": stray, "dev": BINARY + full, "test": BINARY})
+    with caplog.at_level("INFO", logger="foldexp.experiments.tree_data"):
+        assert trees_ptb(str(whole)).info["num_classes"] == 10
+    assert "trees_ptb: 10 classes, 0..9, from the training labels" in caplog.text
+
+
 def test_a_parse_error_names_the_file_line_and_column(tmp_path: Path) -> None:
     data = _folder(tmp_path / "t", {"train": BINARY, "dev": ["(1 a", "(0 b)"], "test": BINARY})
     with pytest.raises(FormatError, match=r"dev.txt:1:\d+: expected '\)'"):
