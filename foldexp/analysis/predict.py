@@ -121,15 +121,16 @@ def _csv_column(path: str, text: str, column: str) -> tuple[str, list[str]] | No
                 )
             return None
         values = []
+        start = reader.line_num + 1  # the line a record starts on (line_num: where it ends)
         for record in reader:
-            if not any(cell.strip() for cell in record):
-                continue  # a blank record holds no input
-            if len(record) != len(header):
-                raise ValueError(
-                    f"{path}:{reader.line_num}: {len(record)} fields, but the header has "
-                    f"{len(header)}; quote a field that holds {delimiter!r}"
-                )
-            values.append(record[index].strip())
+            if any(cell.strip() for cell in record):  # a blank record holds no input
+                if len(record) != len(header):
+                    raise ValueError(
+                        f"{path}:{start}: {len(record)} fields, but the header has "
+                        f"{len(header)}; quote a field that holds {delimiter!r}"
+                    )
+                values.append(record[index].strip())
+            start = reader.line_num + 1
     except csv.Error as exc:
         raise ValueError(f"{path}:{reader.line_num}: not valid CSV: {exc}") from None
     return header[index], values

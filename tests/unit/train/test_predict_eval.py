@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from foldexp.analysis.evaluate_run import run_eval
-from foldexp.analysis.predict import run_predict
+from foldexp.analysis.predict import read_inputs, run_predict
 from foldexp.cli import main as cli_main
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
@@ -125,6 +125,15 @@ def test_a_csv_without_the_column_or_with_a_ragged_row_is_refused(
     ragged.write_text("smiles,y\nCCO,1\nCCN,2,3\n")
     with pytest.raises(ValueError, match=r"ragged.csv:3: 3 fields, but the header has 2"):
         run_predict(run, str(ragged))
+
+
+def test_a_ragged_record_is_named_by_the_line_it_starts_on(tmp_path: Path) -> None:
+    path = tmp_path / "spans.csv"
+    path.write_text('smiles,name\nCCO,"two\nlines"\n\nCCN,"also\ntwo",3\n')
+    with pytest.raises(ValueError, match=r"spans\.csv:5: 3 fields, but the header has 2"):
+        read_inputs(str(path), "smiles")
+    path.write_text('smiles,name\nCCO,"two\nlines"\n\nCCN,x\n')
+    assert read_inputs(str(path), "smiles") == ("smiles", ["CCO", "CCN"])
 
 
 def test_one_input_a_line_keeps_blank_lines_as_rows(run: Path, tmp_path: Path) -> None:
