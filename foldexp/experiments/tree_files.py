@@ -158,7 +158,8 @@ def _infer_classes(
                 )
                 label = f"label {top} (after dataset.label_map)" if mapped else f"label {top}"
                 raise FormatError(f"{at}: {label}, but {why}")
-            present.update(labels)
+            if not given and not mapped:
+                present.update(labels)
     if not given and not mapped:
         _no_empty_class(splits, origins, num_classes, present)
     return num_classes
@@ -174,12 +175,21 @@ def _no_empty_class(
         return
     top = num_classes - 1
     at = next(a for t, a in zip(splits[0], origins[0]) if max(t.labels()) == top)
+    if empty == [0]:  # labels counted from 1
+        shifted = ",".join(str(k) for k in range(-1, top))
+        fix = (
+            f"Labels counted from 1? Renumber them from 0 with dataset.label_map=[{shifted}] "
+            f"(or set dataset.num_classes={num_classes} if class 0 is real but absent)"
+        )
+    else:
+        fix = (
+            "A mistyped label? Fix it; or, if those classes are real but absent, set "
+            f"dataset.num_classes={num_classes}; or renumber the labels with dataset.label_map"
+        )
     raise FormatError(
         f"{at}: label {top} makes {num_classes} classes (dataset.num_classes is not set), but "
         f"no node in any split has label {_ranges(empty)}: the labels are "
-        f"{_ranges(sorted(present - {NO_LABEL}))}. A mistyped label? Fix it; or, if those "
-        f"classes are real but absent, set dataset.num_classes={num_classes}; or renumber the "
-        "labels with dataset.label_map"
+        f"{_ranges(sorted(present - {NO_LABEL}))}. {fix}"
     )
 
 

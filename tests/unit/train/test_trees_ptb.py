@@ -143,6 +143,11 @@ def test_a_stray_label_does_not_widen_an_inferred_class_count(tmp_path: Path, ca
     with caplog.at_level("INFO", logger="foldexp.experiments.tree_data"):
         assert trees_ptb(str(whole)).info["num_classes"] == 10
     assert "trees_ptb: 10 classes, 0..9, from the training labels" in caplog.text
+    counted_from_1 = [t.replace("(0 ", "(3 ") for t in BINARY]  # labels 1, 2, 3
+    data = _folder(tmp_path / "c", counted_from_1)
+    with pytest.raises(FormatError, match=r"has label 0: .* dataset\.label_map=\[-1,0,1,2\] "):
+        trees_ptb(str(data))
+    assert trees_ptb(str(data), label_map=[-1, 0, 1, 2]).info["num_classes"] == 3
 
 
 def test_a_parse_error_names_the_file_line_and_column(tmp_path: Path) -> None:
