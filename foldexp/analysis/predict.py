@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -69,6 +70,9 @@ def input_reader(
     )
 
 
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
 def read_inputs(path: str, column: str | None) -> tuple[str, list[str]]:
     """``(column name, inputs)`` of ``path``.
 
@@ -89,7 +93,9 @@ def read_inputs(path: str, column: str | None) -> tuple[str, list[str]]:
         found = _csv_column(path, text, column)
         if found is not None:
             return found
-    lines = text.splitlines()
+    # Line breaks only: ``str.splitlines`` also breaks at form feeds and U+2028, which would
+    # shift every later row off its line number.
+    lines = _LINE_BREAK.split(text)
     while lines and not lines[-1].strip():
         lines.pop()
     return column or "input", [line.strip() for line in lines]

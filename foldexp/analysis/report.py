@@ -26,7 +26,11 @@ def _overrides(run_dir: Path) -> str:
     path = run_dir / ".hydra" / "overrides.yaml"
     if not path.exists():
         return ""
-    items = [ln[2:].strip() for ln in path.read_text().splitlines() if ln.startswith("- ")]
+    items = [
+        ln[2:].strip()
+        for ln in path.read_text(encoding="utf-8", errors="replace").splitlines()
+        if ln.startswith("- ")
+    ]
     return " ".join(i for i in items if not i.startswith("seed="))
 
 

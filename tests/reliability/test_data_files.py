@@ -204,6 +204,23 @@ def test_report_names_a_broken_results_file(tmp_path: Path) -> None:
         collect_results([tmp_path])
 
 
+def test_report_reads_a_run_whose_overrides_file_is_not_utf8(tmp_path: Path) -> None:
+    # Someone else's run folder: its overrides only label the row, so a stray byte is replaced.
+    run = tmp_path / "run1"
+    (run / ".hydra").mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps({"test_accuracy": 0.5}))
+    (run / ".hydra" / "overrides.yaml").write_bytes(b"- model.hidden=64\n- note=caf\xe9\n")
+    row = collect_results([tmp_path]).iloc[0]
+    assert row["overrides"] == "model.hidden=64 note=caf\ufffd"
+
+
+def test_one_input_a_line_breaks_at_line_breaks_only(tmp_path: Path) -> None:
+    # A form feed or U+2028 inside a line is not a line break: rows keep the file's line numbers.
+    path = tmp_path / "in.txt"
+    path.write_bytes("CCO\nC\x0cC\u2028O\r\nCCC\rCN\n\n".encode())
+    assert read_inputs(str(path), None) == ("input", ["CCO", "C\x0cC\u2028O", "CCC", "CN"])
+
+
 # ------------------------------------------------------------------ one reader for every text file
 
 # Every reader of a user's text file, with a file it accepts. Line 3 holds "cafe": the bad copies
