@@ -26,7 +26,7 @@ from foldexp.data.errors import TextFileError, TreeParseError
 from foldexp.data.textfile import read_text
 from foldexp.data.trees import Tree, gc_paused
 
-__all__ = ["PTB_ESCAPES", "parse_tree", "read_ptb_file", "unescape_word"]
+__all__ = ["PTB_ESCAPES", "parse_tree", "read_numbered_ptb_file", "read_ptb_file", "unescape_word"]
 
 # A token is an opening '(' with the text up to the next parenthesis (label and maybe word) and,
 # for a leaf, its closing ')'; or a ')' closing an internal node; or stray text. Leading
@@ -214,7 +214,22 @@ def read_ptb_file(
     internal_words: bool = False,
     unescape: bool = False,
 ) -> list[Tree]:
-    """Read a file with one PTB-style tree per line.
+    """Read a file with one PTB-style tree per line: :func:`read_numbered_ptb_file` without the
+    line numbers."""
+    numbered = read_numbered_ptb_file(
+        path, label_range=label_range, internal_words=internal_words, unescape=unescape
+    )
+    return [tree for _, tree in numbered]
+
+
+def read_numbered_ptb_file(
+    path: str | PathLike[str],
+    *,
+    label_range: tuple[int, int] | None = None,
+    internal_words: bool = False,
+    unescape: bool = False,
+) -> list[tuple[int, Tree]]:
+    """Read a file with one PTB-style tree per line, each with its line number.
 
     Blank lines carry no tree and are ignored; every other line must hold exactly one tree.
 
@@ -225,7 +240,7 @@ def read_ptb_file(
         unescape: Replace PTB escapes in words.
 
     Returns:
-        The trees in file order.
+        ``(line number, tree)`` in file order, lines counted from 1.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -241,13 +256,16 @@ def read_ptb_file(
         raise TreeParseError(exc.path, exc.line, exc.column, exc.message) from None
     with gc_paused():
         trees = [
-            parse_tree(
-                line,
-                path=path,
-                line=number,
-                label_range=label_range,
-                internal_words=internal_words,
-                unescape=unescape,
+            (
+                number,
+                parse_tree(
+                    line,
+                    path=path,
+                    line=number,
+                    label_range=label_range,
+                    internal_words=internal_words,
+                    unescape=unescape,
+                ),
             )
             for number, line in enumerate(text.split("\n"), start=1)
             if line.strip(_WS)

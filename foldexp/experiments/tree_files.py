@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from foldexp.data.errors import FormatError
-from foldexp.data.ptb import read_ptb_file
+from foldexp.data.ptb import read_numbered_ptb_file
 from foldexp.data.splits import random_split
-from foldexp.data.textfile import read_text
 from foldexp.data.trees import NO_LABEL, Tree, gc_paused
 from foldexp.validate import ConfigError, plain
 
@@ -47,13 +46,8 @@ def _read(path: Path, key: str) -> tuple[list[Tree], list[str]]:
     """The trees of one file and their ``FILE:LINE`` origins."""
     if not path.is_file():
         raise FileNotFoundError(f"{key}: {path} does not exist (expected one PTB tree a line)")
-    trees = read_ptb_file(path)
-    # read_ptb_file skips blank lines; number the rest the same way to locate each tree.
-    text = read_text(path)  # the same text read_ptb_file parsed (gzip, byte-order mark)
-    numbers = [n for n, line in enumerate(text.split("\n"), start=1) if line.strip(WHITESPACE)]
-    if len(numbers) != len(trees):  # the reader skipped other lines too: count trees instead
-        return trees, [f"{path}: tree {k}" for k in range(1, len(trees) + 1)]
-    return trees, [f"{path}:{n}" for n in numbers]
+    numbered = read_numbered_ptb_file(path)
+    return [tree for _, tree in numbered], [f"{path}:{line}" for line, _ in numbered]
 
 
 def _split_files(
