@@ -13,6 +13,10 @@ puts the members, their mean and the ensemble side by side, with the ensemble of
 Every member is rebuilt with its own dataset config (vocabulary, vectors), and all of them must
 give the same examples of the split, in the same order: an ensemble of runs scored on different
 splits (a molecule split follows the run's seed) would mean nothing, and is refused.
+
+Run folders are untrusted: each run's config is checked exactly as ``foldexp predict`` and
+``eval`` check theirs (``foldexp.train.runs.read_run_config``, then the model's shapes against
+its checkpoint in ``build_fitting_model``) before any dataset or model is built from it.
 """
 
 from __future__ import annotations
@@ -70,6 +74,8 @@ def run_ensemble(
         raise ValueError(
             f"foldexp ensemble: --split {split!r}; expected one of {', '.join(SPLITS)}"
         )
+    if batch_size < 1:
+        raise ValueError(f"--batch-size={batch_size}; expected a value >= 1")
     runs = find_runs(dirs, allow_targets)
 
     def mismatch(run: Path, keys: str) -> str:

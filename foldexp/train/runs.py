@@ -5,10 +5,12 @@ A run folder is self-contained: ``run_info.json`` holds the resolved config and 
 so ``load_trained`` rebuilds the model and its best weights without the training data.
 ``find_runs``, ``run_bundles`` and ``load_run_model`` find the runs under sweep folders and
 rebuild each over its own dataset (``foldexp ensemble``; a model's ``prepare_training`` hook
-through ``TrainingSetup.load_runs``). Run folders are untrusted: every ``_target_`` in a config
-read from one must be in foldexp's registry (``foldexp.validate.check_registered``); the config a
-model is rebuilt from is checked in full (``check_run_config``), and its shapes against the
-checkpoint's before anything is allocated (``build_fitting_model``).
+through ``TrainingSetup.load_runs``). Run folders are untrusted: every config read from one
+(``run_info.json`` for ``predict``/``eval``, ``results.json`` for ``ensemble`` and teachers) goes
+through ``read_run_config`` before anything is built from it — every ``_target_`` in foldexp's
+registry and of its role, every value in its schema's range (``check_run_config``) — and the
+model's shapes are checked against the checkpoint's before anything is allocated
+(``build_fitting_model``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from foldexp.experiments.build import build_dataset, build_model, plain_config
 from foldexp.kernels import flush_denormals
 from foldexp.train.artifacts import read_verified_json, write_json
 from foldexp.train.checkpoint import CorruptFileError, read_checkpoint, rng_state, set_rng_state
-from foldexp.validate import ConfigError, check_registered, check_run_config
+from foldexp.validate import ConfigError, check_run_config
 
 __all__ = [
     "RUN_INFO",
@@ -41,6 +43,7 @@ __all__ = [
     "load_run_model",
     "load_trained",
     "prepare_for_training",
+    "read_run_config",
     "run_bundles",
     "write_run_info",
 ]
@@ -110,10 +113,7 @@ def load_trained(
             "stored it cannot be loaded; train again)"
         )
     saved = read_verified_json(source)
-    if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
-        raise ConfigError(f"{source}: expected an object with 'config' and 'info'")
-    config = saved["config"]
-    check_run_config(config, str(source), allowed=set(allow_targets))
+    config = read_run_config(saved, source, allow_targets)
     weights = folder / "checkpoints" / checkpoint
     if not weights.is_file():
         raise FileNotFoundError(f"{folder}: no checkpoints/{checkpoint}; the run did not finish")
@@ -126,6 +126,23 @@ def load_trained(
     return TrainedRun(folder, model.eval(), config, info)
 
 
+def read_run_config(
+    saved: Any, source: Path, allow_targets: Iterable[str] = (), need: Sequence[str] = ("model",)
+) -> dict[str, Any]:
+    """The config a run folder's file (``source``, read as ``saved``) records, checked in full
+    before anything is built from it: the one check ``predict``, ``eval``, ``ensemble`` and
+    ``model.teacher`` make (``foldexp.validate.check_run_config``: registered targets of their
+    role, every value in its schema's range). ``need``: the sections it must have."""
+    config = saved.get("config") if isinstance(saved, dict) else None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{source}: expected an object holding the run's resolved 'config'")
+    missing = [section for section in need if section not in config]
+    if missing:
+        raise ConfigError(f"{source}: its config has no {missing[0]} section")
+    check_run_config(config, str(source), allowed=set(allow_targets))
+    return config
+
+
 # ---------------------------------------------------------------------- runs under sweep folders
 
 
@@ -135,8 +152,9 @@ def find_runs(
     """Each run folder under ``dirs`` (one holding ``results.json`` and ``checkpoints/best.pt``)
     with the resolved config its ``results.json`` records, sorted by seed, then path.
 
-    The folders are untrusted: a config naming a ``_target_`` outside foldexp's registry (and
-    ``allow_targets``) is refused before anything is built from it."""
+    The folders are untrusted: each config is checked as ``predict`` and ``eval`` check theirs
+    (``read_run_config``: a ``_target_`` outside foldexp's registry and ``allow_targets``, or a
+    value outside its range, is refused) before any dataset or model is built from any of them."""
     paths: set[Path] = set()
     for d in map(Path, dirs):
         if not d.exists():
@@ -152,11 +170,10 @@ def find_runs(
             raise FileNotFoundError(
                 f"foldexp ensemble: {run} has results.json but no checkpoints/best.pt"
             )
-        results = read_verified_json(run / "results.json")
-        config = results.get("config") if isinstance(results, dict) else None
-        if not isinstance(config, dict) or "dataset" not in config or "model" not in config:
-            raise ConfigError(f"foldexp ensemble: {run / 'results.json'} has no resolved config")
-        check_registered(config, str(run / "results.json"), allowed=set(allow_targets))
+        source = run / "results.json"
+        config = read_run_config(
+            read_verified_json(source), source, allow_targets, need=("dataset", "model")
+        )
         runs.append((run, config))
     return sorted(runs, key=lambda rc: (rc[1].get("seed", 0), str(rc[0])))
 

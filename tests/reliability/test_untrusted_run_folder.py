@@ -90,3 +90,67 @@ def test_a_nested_target_is_refused_too(finished: Path, tmp_path: Path) -> None:
     write_json(crafted / "results.json", data)
     with pytest.raises(ConfigError, match=r"model\.vocab\._target_='os\.system'"):
         run_ensemble([crafted])
+
+
+# A run folder's config edited (checksum rewritten to match): a foreign target, or a value
+# outside its range that foldexp train would refuse at compose time.
+TAMPERED = [
+    ("model", {"_target_": "os.system", "command": "touch STOLEN"}),
+    ("dataset", {"_target_": "os.system"}),
+    ("dataset", {"n": -5}),
+    ("trainer", {"batch_size": 0}),
+    ("optimizer", {"lr": -1.0}),
+]
+
+
+def _tamper(folder: Path, file: str, section: str, change: dict) -> None:
+    data = json.loads((folder / file).read_text())
+    data["config"][section].update(change)
+    write_json(folder / file, data)
+
+
+@pytest.mark.parametrize(("section", "change"), TAMPERED)
+def test_ensemble_checks_a_run_folder_as_predict_and_eval_do(
+    finished: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    section: str,
+    change: dict,
+) -> None:
+    """One tampered run among good ones: refused in one line, exit 2, before any dataset or
+    model of any run is built; the message is the one eval gives for the same edit."""
+    import shutil
+
+    from foldexp.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    sweep = tmp_path / "sweep"
+    shutil.copytree(finished, sweep / "good")
+    bad = sweep / "bad"
+    shutil.copytree(finished, bad)
+    _tamper(bad, "results.json", section, change)
+    _tamper(bad, "run_info.json", section, change)
+    built: list[str] = []
+
+    def refuse(what: str):
+        def call(*args: object, **kwargs: object) -> None:
+            built.append(what)
+            raise AssertionError(f"{what} was built from a tampered run folder")
+
+        return call
+
+    monkeypatch.setattr("foldexp.train.runs.build_dataset", refuse("a dataset"))
+    monkeypatch.setattr("foldexp.train.runs.build_fitting_model", refuse("a model"))
+    with pytest.raises(SystemExit) as exit_:
+        main(["ensemble", str(sweep)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    prefix = f"foldexp ensemble: error: {bad / 'results.json'}: "
+    assert err.startswith(prefix) and f"{section}." in err
+    assert not built and not (sweep / "ensemble.json").exists()
+    assert not list(tmp_path.glob("STOLEN*"))
+    with pytest.raises(ConfigError) as by_eval:  # the same check, word for word
+        run_eval(bad)
+    assert str(by_eval.value) == f"{bad / 'run_info.json'}: {err.removeprefix(prefix)}"
