@@ -1,6 +1,7 @@
 """Schema field helpers: valid ranges of numeric settings, and enum values as plain strings.
 
-A schema field made with ``ranged`` (or ``positive``, ``non_negative``, ``probability``) carries
+A schema field made with ``ranged`` (or ``positive``, ``non_negative``, ``probability``,
+``learning_rate``, ``decay``) carries
 its valid interval in the dataclass field's metadata; ``foldexp.validate.check_config`` enforces
 it when a config is composed, naming the key, the value and the range.
 """
@@ -13,10 +14,14 @@ from typing import Any
 
 __all__ = [
     "FLOAT32_MAX",
+    "MAX_LR",
+    "MAX_WEIGHT_DECAY",
     "Range",
     "is_finite",
+    "decay",
     "enum_value",
     "existing_file",
+    "learning_rate",
     "non_negative",
     "positive",
     "probability",
@@ -104,6 +109,28 @@ def non_negative(default: Any) -> Any:
 def probability(default: Any, none_ok: bool = False) -> Any:
     """0 <= p < 1 (a dropout rate, a mixing weight)."""
     return ranged(default, ge=0, lt=1, none_ok=none_ok)
+
+
+#: Learning rates are below this. The largest in published use are SGD's: 1 for LSTM language
+#: models (Zaremba et al. 2014), 30 for AWD-LSTM (Merity et al. 2018); Adam's are ~1e-3 and
+#: Adagrad's 0.05 (TF Fold, Tai et al. 2015). 100 and more is a mistake, typically a dropped minus
+#: (1e3 for 1e-3, 1e2 for 1e-2), and 1e30 diverged at the first step instead of failing here.
+MAX_LR = 100
+#: Weight decay is below this. Published values are 1e-4 (Adagrad, Tai et al. 2015) to 0.1
+#: (AdamW), 1 at the most (AdamW in grokking studies, Power et al. 2022): SGD's step multiplies a
+#: weight by 1 - lr * weight_decay, which changes sign for lr * weight_decay > 1. 10 and more is a
+#: mistake, such as a dropped minus (1e4 for 1e-4).
+MAX_WEIGHT_DECAY = 10
+
+
+def learning_rate(default: Any, none_ok: bool = False) -> Any:
+    """0 < lr < ``MAX_LR``."""
+    return ranged(default, gt=0, lt=MAX_LR, none_ok=none_ok)
+
+
+def decay(default: Any, none_ok: bool = False) -> Any:
+    """0 <= weight decay < ``MAX_WEIGHT_DECAY`` (0 = none)."""
+    return ranged(default, ge=0, lt=MAX_WEIGHT_DECAY, none_ok=none_ok)
 
 
 def existing_file(default: str | None = None) -> Any:

@@ -12,7 +12,7 @@ from enum import Enum
 
 from omegaconf import MISSING
 
-from foldexp.config.fields import positive, probability, ranged
+from foldexp.config.fields import decay, learning_rate, positive, probability, ranged
 
 __all__ = [
     "AttentionModelConfig",
@@ -54,10 +54,10 @@ class _TreeLSTMFields:
     embedding_dropout: float | None = probability(None, none_ok=True)
     freeze_embeddings: bool = False  # keep pretrained embeddings fixed
     node_loss: bool = True  # loss on every labelled node (false: root only)
-    # learning rate of the word table (null: optimizer.lr)
-    embedding_lr: float | None = ranged(None, gt=0, none_ok=True)
-    # weight decay of the word table (null: the optimizer's)
-    embedding_weight_decay: float | None = ranged(None, ge=0, none_ok=True)
+    # learning rate of the word table (null: optimizer.lr); bounded as optimizer.lr
+    embedding_lr: float | None = learning_rate(None, none_ok=True)
+    # weight decay of the word table (null: the optimizer's); bounded as optimizer.weight_decay
+    embedding_weight_decay: float | None = decay(None, none_ok=True)
     # sgd: plain SGD for the word table at embedding_lr (Tai et al.); null: the main optimizer
     embedding_optimizer: EmbeddingOptimizer | None = None
     # dropout on each cell's candidate update tanh(u) (Semeniuta et al. 2016; Fold paper §3.5.1)

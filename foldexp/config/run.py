@@ -13,7 +13,14 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from foldexp.config.fields import non_negative, positive, probability, ranged
+from foldexp.config.fields import (
+    decay,
+    learning_rate,
+    non_negative,
+    positive,
+    probability,
+    ranged,
+)
 
 __all__ = [
     "MAX_THREADS",
@@ -131,8 +138,9 @@ class TrainerConfig:
 class OptimizerConfig:
     _target_: str = MISSING  # optimizer class
     _partial_: bool = True  # parameters are supplied by the trainer
-    lr: float = positive(0.001)  # learning rate
-    weight_decay: float = non_negative(0.0)  # L2 penalty
+    lr: float = learning_rate(0.001)  # learning rate (< 100: foldexp.config.fields.MAX_LR)
+    # L2 penalty (AdamW: decoupled decay); < 10 (foldexp.config.fields.MAX_WEIGHT_DECAY)
+    weight_decay: float = decay(0.0)
     # one fused kernel per parameter and step where torch has one (foldexp/train/optim.py):
     # results equal to float rounding, which compounds over a run; false: torch's per-op steps
     fused: bool = True

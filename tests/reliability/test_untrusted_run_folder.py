@@ -100,6 +100,7 @@ TAMPERED = [
     ("dataset", {"n": -5}),
     ("trainer", {"batch_size": 0}),
     ("optimizer", {"lr": -1.0}),
+    ("optimizer", {"lr": 1e30}),
 ]
 
 

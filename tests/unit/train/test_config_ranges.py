@@ -29,9 +29,9 @@ def _refused(overrides: list[str]) -> str:
 @pytest.mark.parametrize(
     "override, expected",
     [
-        ("optimizer.lr=nan", "optimizer.lr=nan; expected a finite value > 0"),
-        ("optimizer.lr=inf", "optimizer.lr=inf; expected a finite value > 0"),
-        ("optimizer.weight_decay=nan", "optimizer.weight_decay=nan; expected a finite value >= 0"),
+        ("optimizer.lr=nan", "optimizer.lr=nan; expected 0 < value < 100"),
+        ("optimizer.lr=inf", "optimizer.lr=inf; expected 0 < value < 100"),
+        ("optimizer.weight_decay=nan", "optimizer.weight_decay=nan; expected 0 <= value < 10"),
         ("trainer.grad_clip=nan", "trainer.grad_clip=nan; expected a finite value >= 0"),
         ("trainer.grad_clip=inf", "trainer.grad_clip=inf; expected a finite value >= 0"),
         ("trainer.ema_decay=nan", "trainer.ema_decay=nan; expected 0 <= value < 1"),
@@ -40,7 +40,7 @@ def _refused(overrides: list[str]) -> str:
         ("model.forget_bias=inf", "model.forget_bias=inf; expected a finite value"),
         ("model.forget_bias=-inf", "model.forget_bias=-inf; expected a finite value"),
         ("model.dropout=nan", "model.dropout=nan; expected 0 <= value < 1"),
-        ("model.embedding_lr=nan", "model.embedding_lr=nan; expected a finite value > 0"),
+        ("model.embedding_lr=nan", "model.embedding_lr=nan; expected 0 < value < 100"),
     ],
 )
 def test_nan_and_inf_fail_at_compose_time(override: str, expected: str) -> None:
@@ -49,13 +49,13 @@ def test_nan_and_inf_fail_at_compose_time(override: str, expected: str) -> None:
 
 def test_a_float_beyond_float32_is_not_finite() -> None:
     """1e308 is a finite double but inf in the float32 tensors it reaches."""
-    message = _refused(["optimizer.lr=1e308"])
-    assert message.startswith("optimizer.lr=1e+308; expected a finite value > 0 (float32 holds")
+    message = _refused(["trainer.grad_clip=1e308"])
+    assert message.startswith("trainer.grad_clip=1e+308; expected a finite value >= 0 (float32")
 
 
 def test_finite_values_still_compose() -> None:
-    cfg = compose_config(["optimizer.lr=3e38", "model.forget_bias=-2.5", "trainer.grad_clip=0"])
-    assert cfg.optimizer.lr == 3e38 and cfg.model.forget_bias == -2.5
+    cfg = compose_config(["trainer.grad_clip=3e38", "model.forget_bias=-2.5", "optimizer.lr=1"])
+    assert cfg.trainer.grad_clip == 3e38 and cfg.model.forget_bias == -2.5
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), 2 * FLOAT32_MAX])
@@ -135,3 +135,39 @@ def test_existing_or_no_word_vectors_compose(tmp_path: Path) -> None:
     sst = ["experiment=sst_treelstm"]
     assert compose_config([*sst, f"dataset.word_vectors={vectors}"]).dataset.word_vectors
     assert compose_config([*sst, "dataset.word_vectors=null"]).dataset.word_vectors is None
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["optimizer.lr=1e30"], "optimizer.lr=1e+30; expected 0 < value < 100"),
+        (["optimizer.lr=1e3"], "optimizer.lr=1000.0; expected 0 < value < 100"),  # for 1e-3
+        (["optimizer.lr=100"], "optimizer.lr=100.0; expected 0 < value < 100"),
+        (["optimizer.weight_decay=1e30"], "optimizer.weight_decay=1e+30; expected 0 <= value < 10"),
+        (["optimizer.weight_decay=1e4"], "optimizer.weight_decay=10000.0; expected 0 <= value "
+         "< 10"),
+        (["experiment=sst_treelstm", "model.embedding_lr=1e30"], "model.embedding_lr=1e+30; "
+         "expected 0 < value < 100"),
+        (["experiment=sst_treelstm", "model.embedding_weight_decay=10"],
+         "model.embedding_weight_decay=10.0; expected 0 <= value < 10"),
+    ],
+)  # fmt: skip
+def test_learning_rates_and_weight_decay_have_a_ceiling(
+    overrides: list[str], expected: str
+) -> None:
+    """1e30 composed and diverged at the first step; 1e3 is a dropped minus."""
+    assert _refused(overrides) == expected
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["optimizer=sgd", "optimizer.lr=30", "optimizer.weight_decay=1"],  # AWD-LSTM's SGD
+        ["optimizer=sgd", "optimizer.lr=99.9"],
+        ["optimizer=adagrad", "optimizer.lr=0.05", "optimizer.weight_decay=1e-4"],  # TF Fold
+        ["optimizer._target_=torch.optim.AdamW", "optimizer.weight_decay=9.99"],
+        ["experiment=sst_treelstm", "model.embedding_lr=0.1", "model.embedding_weight_decay=0"],
+    ],
+)
+def test_learning_rates_in_published_use_compose(overrides: list[str]) -> None:
+    compose_config(overrides)
