@@ -23,6 +23,7 @@ import dataclasses
 import importlib
 import inspect
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,8 +41,10 @@ __all__ = [
     "check_bool_overrides",
     "check_registered",
     "check_run_config",
+    "check_memory",
     "check_section",
     "import_target",
+    "physical_memory",
     "plain",
     "schema_for",
 ]
@@ -297,6 +300,28 @@ def _check_user_model(node: Mapping[str, Any]) -> None:
             raise ConfigError(
                 f"model.{key} is not a parameter of {target}; it takes {', '.join(takes)}"
             )
+
+
+def physical_memory() -> int | None:
+    """The machine's memory in bytes, or ``None`` where the system does not say."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return total if total > 0 else None
+
+
+def check_memory(need: int, what: str, fix: str) -> None:
+    """Refuses what the config asks for when it would take more than the machine's memory:
+    keys each in range whose product is not (``dataset.n_train`` sequences of ``max_len`` steps),
+    which would otherwise fill the memory until the system kills the run. ``what`` names the
+    keys and says what they make; ``fix`` what to change."""
+    total = physical_memory()
+    if total is not None and need > total:
+        raise ConfigError(
+            f"{what} take about {need / 2**30:.1f} GiB, more than the {total / 2**30:.1f} GiB "
+            f"of memory of this machine; {fix}"
+        )
 
 
 def check_bool_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:

@@ -35,8 +35,14 @@ from foldexp.config.dataset import (
 )
 from foldexp.config.fields import (
     FLOAT32_MAX,
+    MAX_CLASSES,
+    MAX_GENERATED,
+    MAX_LAYERS,
     MAX_LR,
+    MAX_SEED,
+    MAX_SEQUENCE_LENGTH,
     MAX_WEIGHT_DECAY,
+    MAX_WIDTH,
     Range,
     decay,
     enum_value,
@@ -47,6 +53,8 @@ from foldexp.config.fields import (
     positive,
     probability,
     ranged,
+    rng_seed,
+    width,
 )
 from foldexp.config.model import (
     AttentionModelConfig,
@@ -79,8 +87,14 @@ CONF_DIR = str(Path(__file__).parent.parent / "conf")  # foldexp/conf: the YAML 
 __all__ = [
     "CONF_DIR",
     "FLOAT32_MAX",
+    "MAX_CLASSES",
+    "MAX_GENERATED",
+    "MAX_LAYERS",
     "MAX_LR",
+    "MAX_SEED",
+    "MAX_SEQUENCE_LENGTH",
     "MAX_WEIGHT_DECAY",
+    "MAX_WIDTH",
     "AttentionModelConfig",
     "AttentionScore",
     "Balance",
@@ -128,4 +142,6 @@ __all__ = [
     "probability",
     "ranged",
     "register_configs",
+    "rng_seed",
+    "width",
 ]

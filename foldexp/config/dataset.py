@@ -12,7 +12,16 @@ from enum import Enum
 
 from omegaconf import MISSING
 
-from foldexp.config.fields import existing_file, non_negative, positive, ranged
+from foldexp.config.fields import (
+    MAX_CLASSES,
+    MAX_GENERATED,
+    MAX_SEQUENCE_LENGTH,
+    existing_file,
+    non_negative,
+    positive,
+    ranged,
+    rng_seed,
+)
 
 __all__ = [
     "CALCULATOR_MAX_DEPTH",
@@ -91,14 +100,15 @@ class CalculatorDataConfig:
     # builder returning train/dev/test and model sizes
     _target_: str = "foldexp.experiments.datasets.calculator"
     name: str = "calculator"  # shown in results
-    n: int = ranged(3000, ge=3)  # distinct expressions in all, split 80/10/10
+    # distinct expressions in all, split 80/10/10 (each takes ~1 KB and 60 µs to generate)
+    n: int = ranged(3000, ge=3, le=MAX_GENERATED)
     # deepest operator nesting (edges from root to leaf); generation recurses, and values grow
     # with depth (foldexp.data.calculator's limit)
     max_depth: int = ranged(3, ge=1, le=CALCULATOR_MAX_DEPTH)
-    n_classes: int = ranged(10, ge=2)  # label = value mod n_classes, on every node
+    n_classes: int = ranged(10, ge=2, le=MAX_CLASSES)  # label = value mod n_classes, on every node
     # chance that a non-root node above max_depth is a digit
     leaf_prob: float = ranged(0.3, ge=0, le=1)
-    seed: int = non_negative(0)  # generation seed (independent of the training seed)
+    seed: int = rng_seed(0)  # generation seed (independent of the training seed)
 
 
 @dataclass
@@ -158,7 +168,7 @@ class MoleculeDataConfig:
     split_column: str | None = None
     # train / dev / test shares (split=column with train/test only: dev's share of train)
     fractions: list[float] = ranged([0.8, 0.1, 0.1], ge=0, le=1)
-    seed: int = non_negative(0)  # split seed (the YAML passes the run seed: sweeps vary the split)
+    seed: int = rng_seed(0)  # split seed (the YAML passes the run seed: sweeps vary the split)
     limit: int = non_negative(0)  # use only the first N molecules (0 = all); for quick runs
     # featurisation cache (null = featurise on every run)
     cache_dir: str | None = "${paths.cache_dir}"
@@ -173,13 +183,13 @@ class MarkedSequencesDataConfig:
     )
     name: str = "addition"  # shown in results
     problem: MarkedProblem = MarkedProblem.addition  # addition | multiplication
-    n_train: int = positive(10000)  # training sequences
-    n_dev: int = positive(1000)  # dev sequences (model selection)
-    n_test: int = positive(1000)  # test sequences
-    min_len: int = ranged(50, ge=2)  # two marked values at least
+    n_train: int = ranged(10000, gt=0, le=MAX_GENERATED)  # training sequences
+    n_dev: int = ranged(1000, gt=0, le=MAX_GENERATED)  # dev sequences (model selection)
+    n_test: int = ranged(1000, gt=0, le=MAX_GENERATED)  # test sequences
+    min_len: int = ranged(50, ge=2, le=MAX_SEQUENCE_LENGTH)  # two marked values at least
     # longest (lengths uniform in [min_len, max_len]; the paper goes to 1000)
-    max_len: int = ranged(100, ge=2)
-    seed: int = non_negative(0)  # generation seed (independent of the training seed)
+    max_len: int = ranged(100, ge=2, le=MAX_SEQUENCE_LENGTH)
+    seed: int = rng_seed(0)  # generation seed (independent of the training seed)
 
 
 @dataclass
@@ -197,17 +207,17 @@ class TreesPTBDataConfig:
     split: TreeSplit = TreeSplit.files
     # split=random: train / dev / test shares
     fractions: list[float] = ranged([0.8, 0.1, 0.1], ge=0, le=1)
-    seed: int = non_negative(0)  # split=random: the split's seed (the YAML passes the run seed)
+    seed: int = rng_seed(0)  # split=random: the split's seed (the YAML passes the run seed)
     # classes 0..K-1 (null: the largest training label + 1)
-    num_classes: int | None = ranged(None, ge=2, none_ok=True)
+    num_classes: int | None = ranged(None, ge=2, le=MAX_CLASSES, none_ok=True)
     # [class of file label 0, of label 1, ...]; -1 = no label (e.g. SST binary: [0,0,-1,1,1])
-    label_map: list[int] | None = ranged(None, ge=-1, none_ok=True)
+    label_map: list[int] | None = ranged(None, ge=-1, lt=MAX_CLASSES, none_ok=True)
     # drop trees whose root has no label, or one of a class never predicted
     drop_unscored_roots: bool = False
     # predict and score only the first N classes; the rest train only (null: all)
-    predict_classes: int | None = ranged(None, ge=2, none_ok=True)
+    predict_classes: int | None = ranged(None, ge=2, le=MAX_CLASSES, none_ok=True)
     # [[negative classes], [positive classes]]: adds binary_accuracy (e.g. [[0,1],[3,4]])
-    polarity: list[list[int]] | None = ranged(None, ge=0, none_ok=True)
+    polarity: list[list[int]] | None = ranged(None, ge=0, lt=MAX_CLASSES, none_ok=True)
     class_names: list[str] | None = None  # one name per class, for predictions (null: 0, 1, ...)
     # all (loss on every labelled node) | root (the root's label only)
     labels: NodeLabels = NodeLabels.all
@@ -244,7 +254,7 @@ class TextCSVDataConfig:
     split_column: str = "split"  # split=column: train / valid or dev / test per row
     # split=random: train / dev / test shares
     fractions: list[float] = ranged([0.8, 0.1, 0.1], ge=0, le=1)
-    seed: int = non_negative(0)  # split=random: the split's seed (the YAML passes the run seed)
+    seed: int = rng_seed(0)  # split=random: the split's seed (the YAML passes the run seed)
     # error | skip: a row with an empty text or a missing label (skip warns, naming the first rows)
     on_invalid: OnInvalid = OnInvalid.error
     # use only the first N examples of each split (0 = all); for quick runs

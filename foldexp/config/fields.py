@@ -1,7 +1,7 @@
 """Schema field helpers: valid ranges of numeric settings, and enum values as plain strings.
 
 A schema field made with ``ranged`` (or ``positive``, ``non_negative``, ``probability``,
-``learning_rate``, ``decay``) carries
+``learning_rate``, ``decay``, ``rng_seed``, ``width``) carries
 its valid interval in the dataclass field's metadata; ``foldexp.validate.check_config`` enforces
 it when a config is composed, naming the key, the value and the range.
 """
@@ -14,8 +14,14 @@ from typing import Any
 
 __all__ = [
     "FLOAT32_MAX",
+    "MAX_CLASSES",
+    "MAX_GENERATED",
+    "MAX_LAYERS",
     "MAX_LR",
+    "MAX_SEED",
+    "MAX_SEQUENCE_LENGTH",
     "MAX_WEIGHT_DECAY",
+    "MAX_WIDTH",
     "Range",
     "is_finite",
     "decay",
@@ -26,6 +32,8 @@ __all__ = [
     "positive",
     "probability",
     "ranged",
+    "rng_seed",
+    "width",
 ]
 
 
@@ -131,6 +139,37 @@ def learning_rate(default: Any, none_ok: bool = False) -> Any:
 def decay(default: Any, none_ok: bool = False) -> Any:
     """0 <= weight decay < ``MAX_WEIGHT_DECAY`` (0 = none)."""
     return ranged(default, ge=0, lt=MAX_WEIGHT_DECAY, none_ok=none_ok)
+
+
+#: Seeds are 32-bit: numpy's legacy seeding takes [0, 2**32), and the loop seeds each epoch's
+#: shuffle with seed * 1000 + epoch, which overflowed torch's int64 at the first step for seeds
+#: near 2**63 (after the data had loaded and the model had been built).
+MAX_SEED = 2**32 - 1
+#: The widest layer or embedding: above every published model's (GPT-3's 12288, the 8192-unit
+#: LSTM of Jozefowicz et al. 2016). Whether a model of allowed sizes fits the machine's memory
+#: depends on the vocabulary too: it is checked before the first step (``train/preflight.py``).
+MAX_WIDTH = 65536
+#: The most stacked layers: above the deepest graph networks published (1001, Li et al. 2021);
+#: 100000 weave layers took minutes just to build.
+MAX_LAYERS = 1024
+#: The most classes: every node's logits and the output layer grow with it; 1e8 composed and the
+#: run was killed for memory at its first batch.
+MAX_CLASSES = 100_000
+#: The most examples a synthetic dataset generates (calculator trees, marked sequences): 1e7 take
+#: about 10 GB and minutes to generate; 1e9 ran until killed, 1e12 failed allocating 7 TB.
+MAX_GENERATED = 10_000_000
+#: The longest generated sequence: 10 times the longest of Raffel & Ellis (2016), 10000 steps.
+MAX_SEQUENCE_LENGTH = 100_000
+
+
+def rng_seed(default: Any) -> Any:
+    """0 <= seed <= ``MAX_SEED``."""
+    return ranged(default, ge=0, le=MAX_SEED)
+
+
+def width(default: Any) -> Any:
+    """A layer or embedding size: 0 < size <= ``MAX_WIDTH``."""
+    return ranged(default, gt=0, le=MAX_WIDTH)
 
 
 def existing_file(default: str | None = None) -> Any:

@@ -12,7 +12,15 @@ from enum import Enum
 
 from omegaconf import MISSING
 
-from foldexp.config.fields import decay, learning_rate, positive, probability, ranged
+from foldexp.config.fields import (
+    MAX_LAYERS,
+    decay,
+    learning_rate,
+    positive,
+    probability,
+    ranged,
+    width,
+)
 
 __all__ = [
     "AttentionModelConfig",
@@ -46,8 +54,8 @@ class _TreeLSTMFields:
 
     _target_: str = MISSING  # the model class
     name: str = MISSING  # shown in results
-    embed_size: int = positive(64)  # word embedding size (overridden by pretrained vectors' size)
-    hidden_size: int = positive(64)  # Tree-LSTM state size
+    embed_size: int = width(64)  # word embedding size (overridden by pretrained vectors' size)
+    hidden_size: int = width(64)  # Tree-LSTM state size
     # dropout on embeddings and on the states fed to the classifier
     dropout: float = probability(0.0)
     # dropout on embeddings instead (null: dropout)
@@ -62,8 +70,9 @@ class _TreeLSTMFields:
     embedding_optimizer: EmbeddingOptimizer | None = None
     # dropout on each cell's candidate update tanh(u) (Semeniuta et al. 2016; Fold paper §3.5.1)
     recurrent_dropout: float = probability(0.0)
-    # initial bias of the forget gates (any finite number; Jozefowicz et al. 2015 suggest 1)
-    forget_bias: float = ranged(0.0)
+    # initial bias of the forget gates (Jozefowicz et al. 2015 suggest 1; chrono initialisation
+    # reaches ~7); beyond ±100 the sigmoid is 0 or 1 to float precision whatever the input
+    forget_bias: float = ranged(0.0, ge=-100, le=100)
 
 
 @dataclass
@@ -87,8 +96,8 @@ class ChildSumTreeLSTMModelConfig(_TreeLSTMFields):
 class SequenceLSTMModelConfig:
     _target_: str = "foldexp.models.sequence.SequenceLSTMClassifier"  # the model class
     name: str = "seq_lstm"  # shown in results
-    embed_size: int = positive(64)  # word embedding size (overridden by pretrained vectors' size)
-    hidden_size: int = positive(64)  # LSTM state size
+    embed_size: int = width(64)  # word embedding size (overridden by pretrained vectors' size)
+    hidden_size: int = width(64)  # LSTM state size
     # dropout on embeddings and on the final state fed to the classifier
     dropout: float = probability(0.0)
     freeze_embeddings: bool = False  # keep pretrained embeddings fixed
@@ -99,11 +108,12 @@ class WeaveModelConfig:
     # the model class (regression or classification: the dataset says)
     _target_: str = "foldexp.models.weave.WeaveModel"
     name: str = "weave"  # shown in results
-    layers: int = positive(2)  # stacked weave modules (the last updates atoms only)
-    atom_size: int = positive(50)  # atom state size of every weave module
-    pair_size: int = positive(50)  # pair state size of every weave module
-    graph_size: int = positive(128)  # per-atom FC (tanh) width before pooling
-    mlp_size: int = positive(128)  # hidden width of the read-out MLP after pooling
+    # stacked weave modules (the last updates atoms only)
+    layers: int = ranged(2, gt=0, le=MAX_LAYERS)
+    atom_size: int = width(50)  # atom state size of every weave module
+    pair_size: int = width(50)  # pair state size of every weave module
+    graph_size: int = width(128)  # per-atom FC (tanh) width before pooling
+    mlp_size: int = width(128)  # hidden width of the read-out MLP after pooling
     pool: Pooling = Pooling.sum  # sum | mean over a molecule's atoms
     dropout: float = probability(0.0)  # dropout on the pooled vector and the MLP's hidden layer
 
@@ -112,7 +122,7 @@ class WeaveModelConfig:
 class AttentionModelConfig:
     _target_: str = "foldexp.models.attention.AttentionRegressor"  # the model class
     name: str = "ff_attention"  # shown in results
-    hidden_size: int = positive(100)  # FC width before and after the attention
+    hidden_size: int = width(100)  # FC width before and after the attention
     # tanh (Raffel & Ellis's a(h)) | linear (unbounded, clamped) scores
     score: AttentionScore = AttentionScore.tanh
     dropout: float = probability(0.0)  # dropout on the attention's output

@@ -20,9 +20,11 @@ from foldexp.config.fields import (
     positive,
     probability,
     ranged,
+    rng_seed,
 )
 
 __all__ = [
+    "MAX_PROCESSES",
     "MAX_THREADS",
     "MAX_WORKERS",
     "Balance",
@@ -69,6 +71,10 @@ MAX_THREADS = 1024
 #: batch schedule takes milliseconds to build, so a handful keep up with training; 1000 of them
 #: were accepted and crawled.
 MAX_WORKERS = 64
+#: Most local DDP processes: the cores of the largest single machines (two 128-core CPUs). Each
+#: process imports torch and holds a copy of the model and its data (about 0.5 GB at least), and
+#: 100000 of them were accepted and spawned until the machine stopped answering.
+MAX_PROCESSES = 256
 
 
 @dataclass
@@ -125,7 +131,7 @@ class TrainerConfig:
     # single | ddp: DistributedDataParallel (gloo on CPU, nccl on CUDA)
     strategy: Strategy = Strategy.single
     # ddp: local processes to spawn (ignored under torchrun, which sets them)
-    processes: int = positive(1)
+    processes: int = ranged(1, ge=1, le=MAX_PROCESSES)
     # ddp: split each batch across ranks by nodes (tree size) | examples
     balance: Balance = Balance.nodes
     # ddp: a batch may skip a branch (e.g. no internal tree node)
@@ -165,7 +171,7 @@ class LoggerConfig:
 
 @dataclass
 class TrainConfig:
-    seed: int = non_negative(0)  # seeds python, numpy and torch; same seed, same result on CPU
+    seed: int = rng_seed(0)  # seeds python, numpy and torch; same seed, same result on CPU
     task_name: str = "train"  # names the output folder: outputs/<task_name>/...
     dataset: Any = MISSING
     model: Any = MISSING

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from foldexp.models.contract import check_model
 from foldexp.validate import ConfigError, import_target
 
-__all__ = ["build_dataset", "build_model", "check_vectors", "plain_config"]
+__all__ = ["build_dataset", "build_model", "check_vectors", "meta_model", "plain_config"]
 
 
 def plain_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
@@ -71,3 +71,16 @@ def build_model(
     model = cls(**provided, **keys)
     check_model(model, target)
     return model
+
+
+def meta_model(
+    model_cfg: DictConfig | Mapping[str, Any], info: Mapping[str, Any]
+) -> torch.nn.Module | None:
+    """The model ``build_model`` would build, on the meta device: its parameters' shapes and
+    dtypes without their memory. ``None`` for a model (of a user's own) whose constructor needs
+    real tensors."""
+    try:
+        with torch.device("meta"):
+            return build_model(model_cfg, info)
+    except (TypeError, RuntimeError, NotImplementedError):
+        return None

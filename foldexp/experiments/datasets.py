@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from foldexp.config import enum_value
+from foldexp.config import MAX_GENERATED, enum_value
 from foldexp.data.calculator import OPERATORS, calculator_splits
 from foldexp.data.errors import DatasetNotFoundError
 from foldexp.data.sst import SST_SPLITS, sst_path
 from foldexp.data.vocab import Vocabulary
+from foldexp.validate import ConfigError, check_memory
 
 __all__ = ["DataBundle", "calculator", "sst", "sst_sentences", "marked_sequences"]
 
@@ -82,6 +83,36 @@ class DataBundle:
         return f"train {len(self.train)}, dev {len(self.dev)}, test {len(self.test)}"
 
 
+#: Memory of one generated calculator node, kept: its tree node, label and share of the
+#: duplicate check (1e5 trees of depth 3, 9.7 nodes each, took 110 MB).
+_CALCULATOR_NODE_BYTES = 120
+
+
+def expected_calculator_nodes(max_depth: int, leaf_prob: float) -> float:
+    """The mean size of a generated expression: the root has two children, and a node above
+    ``max_depth`` two more with probability ``1 - leaf_prob`` (``random_expression``), so the
+    size grows as ``(2 (1 - leaf_prob)) ** max_depth``: about 6e8 nodes at depth 60 with the
+    default leaf_prob, which ran until killed."""
+    branch = 2 * (1 - leaf_prob)
+    return 1 + sum(2 * branch ** (d - 1) for d in range(1, max_depth + 1))
+
+
+def distinct_calculator_expressions(max_depth: int, leaf_prob: float) -> int:
+    """How many distinct expressions ``random_expression`` can draw: an operator at the root
+    over two subtrees of depth <= ``max_depth - 1`` (10 digits, or 3 operators over two such
+    subtrees); only the full trees when no node above max_depth is a digit (``leaf_prob=0``),
+    only an operator over two digits when every one is (``leaf_prob=1``). Asking for more
+    distinct ones drew 50 per tree before failing: n=1e6 at depth 2 took most of an hour."""
+    if leaf_prob >= 1:
+        return 3 * 10 * 10
+    count = 10  # subtrees of depth <= d (full ones of depth d with leaf_prob=0), from d = 0
+    for _ in range(max_depth - 1):
+        if count > MAX_GENERATED:
+            break  # more than any n asks for; the numbers would grow to millions of digits
+        count = (10 if leaf_prob > 0 else 0) + 3 * count * count
+    return 3 * count * count
+
+
 def calculator(
     n: int,
     max_depth: int,
@@ -92,6 +123,21 @@ def calculator(
     **_: Any,
 ) -> DataBundle:
     """Calculator expression trees; every node labelled with its value mod ``n_classes``."""
+    distinct = distinct_calculator_expressions(max_depth, leaf_prob)
+    if n > distinct:
+        raise ConfigError(
+            f"dataset.n={n}, but there are only {distinct} distinct expressions of depth <= "
+            f"dataset.max_depth={max_depth} with dataset.leaf_prob={leaf_prob}; lower dataset.n "
+            "or raise dataset.max_depth"
+        )
+    nodes = expected_calculator_nodes(max_depth, leaf_prob)
+    check_memory(
+        int(n * nodes * _CALCULATOR_NODE_BYTES),
+        f"dataset: {n} expressions (dataset.n) of about {nodes:.3g} nodes each "
+        f"(dataset.max_depth={max_depth}, dataset.leaf_prob={leaf_prob}: a node above max_depth "
+        "has two children with probability 1 - leaf_prob)",
+        "lower dataset.max_depth or dataset.n, or raise dataset.leaf_prob",
+    )
     train, dev, test = calculator_splits(
         n, max_depth, seed, n_classes=n_classes, leaf_prob=leaf_prob
     )
@@ -200,6 +246,10 @@ def sst_sentences(
     )
 
 
+_SEQUENCE_STEP_BYTES = 8  # a step: its value and its mark, float32
+_SEQUENCE_BYTES = 200  # a sequence's array and example objects
+
+
 def marked_sequences(
     problem: str = "addition",
     n_train: int = 10000,
@@ -218,6 +268,18 @@ def marked_sequences(
     from foldexp.data.sequences import addition_problem, multiplication_problem
 
     problem = enum_value(problem)
+    if min_len > max_len:
+        raise ConfigError(
+            f"dataset.min_len={min_len} is above dataset.max_len={max_len}; lengths are drawn "
+            "from [min_len, max_len]"
+        )
+    total = n_train + n_dev + n_test
+    check_memory(
+        total * ((min_len + max_len) // 2 * _SEQUENCE_STEP_BYTES + _SEQUENCE_BYTES),
+        f"dataset: {total} sequences (dataset.n_train, n_dev, n_test) of "
+        f"{min_len}..{max_len} steps (dataset.min_len, dataset.max_len)",
+        "lower the counts or the lengths",
+    )
     makers = {"addition": addition_problem, "multiplication": multiplication_problem}
     if problem not in makers:
         raise ValueError(f"unknown problem {problem!r}; expected one of {sorted(makers)}")

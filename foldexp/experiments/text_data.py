@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from foldexp.config import MAX_CLASSES
 from foldexp.data.errors import FormatError
 from foldexp.data.sequences import TextRow, read_text_csv, tokenize
 from foldexp.data.splits import random_split
@@ -89,10 +90,11 @@ def _classes(path: str, labels: list[str], lines: list[int]) -> tuple[list[int],
     if all(_INTEGER.fullmatch(label) for label in labels):
         ids = [int(label) for label in labels]
         for value, line in zip(ids, lines):
-            if value < 0:
+            if not 0 <= value < MAX_CLASSES:  # names and logits are made for 0..value
                 raise FormatError(
-                    f"{path}:{line}: label {value}; integer labels are class ids 0..K-1 "
-                    "(or use names: any label that is not an integer makes every label a name)"
+                    f"{path}:{line}: label {value}; integer labels are class ids 0..K-1, "
+                    f"K <= {MAX_CLASSES} (or use names: any label that is not an integer makes "
+                    "every label a name)"
                 )
         names = [str(k) for k in range(max(ids) + 1)]
         missing = sorted(set(range(len(names))) - set(ids))

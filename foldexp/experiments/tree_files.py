@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from foldexp.config import MAX_CLASSES
 from foldexp.data.errors import FormatError
 from foldexp.data.ptb import read_numbered_ptb_file
 from foldexp.data.splits import random_split
@@ -99,6 +100,11 @@ def _labels_ok(
             raise FormatError(
                 f"{where}: label {low}; labels are class ids 0, 1, ... or -1 for a node "
                 "without a label"
+            )
+        if label_map is None and high >= MAX_CLASSES:  # logits and output layer grow with it
+            raise FormatError(
+                f"{where}: label {high}; class ids go up to {MAX_CLASSES - 1} (labels are "
+                "class ids 0, 1, ... or -1 for a node without a label)"
             )
         if label_map is not None and high >= len(label_map):
             raise FormatError(

@@ -26,6 +26,7 @@ __all__ = [
     "compose_config",
     "interrupted_message",
     "compose_dataset_config",
+    "out_of_memory",
     "report_errors",
     "user_errors",
 ]
@@ -57,7 +58,10 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 def report_errors(command: str, run: Callable[[], T]) -> T:
     """``run()``; a user error exits with status 2 and its message (``FOLDEXP_TRACEBACK=1``
-    shows the traceback instead)."""
+    shows the traceback instead), and so does running out of memory: the sizes the config asks
+    for are checked against the machine where they can be (``foldexp.validate.check_memory``,
+    ``train/preflight.py``), and what is left (activations of a batch too large for a GPU) is
+    told in one line with what to make smaller."""
     try:
         return run()
     except user_errors() as exc:
@@ -65,6 +69,26 @@ def report_errors(command: str, run: Callable[[], T]) -> T:
             raise
         print(f"foldexp {command}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    except (MemoryError, RuntimeError) as exc:
+        if not out_of_memory(exc) or os.environ.get("FOLDEXP_TRACEBACK"):
+            raise
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(
+            f"foldexp {command}: error: out of memory ({detail}); smaller sizes need less: "
+            "trainer.batch_size, trainer.eval_batch_size, the model's and the dataset's sizes",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says an allocation failed: Python's and numpy's ``MemoryError``, torch's
+    ``OutOfMemoryError`` (CUDA) and the ``RuntimeError`` of its CPU allocator."""
+    return (
+        isinstance(exc, MemoryError)
+        or type(exc).__name__ == "OutOfMemoryError"
+        or (isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
+    )
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")

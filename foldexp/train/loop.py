@@ -52,7 +52,7 @@ from foldexp.train.fit import TrainingDiverged, TrainingRun, evaluate_split, fit
 from foldexp.train.loaders import RunLoaders
 from foldexp.train.loggers import RunLoggers
 from foldexp.train.optim import build_optimizer, param_groups
-from foldexp.train.preflight import check_bundle, resolve_selection
+from foldexp.train.preflight import check_bundle, check_model_memory, resolve_selection
 from foldexp.train.resume_config import run_config
 from foldexp.train.rundir import claim_run_dir, repair_metrics
 from foldexp.train.runs import RunSetup, prepare_for_training, write_run_info
@@ -176,6 +176,7 @@ def _build(
     log.info("dataset %s: %s", cfg.dataset.name, bundle.sizes())
     check_bundle(bundle, cfg)
     check_vectors(cfg.dataset, cfg.model, bundle.info)
+    check_model_memory(cfg, bundle.info, device)
     model = build_model(cfg.model, bundle.info).to(device)
     if ctx.is_main:
         write_run_info(out_dir, _absolute_data_paths(cfg), bundle.info)

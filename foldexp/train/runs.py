@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from foldexp.experiments.build import build_dataset, build_model, plain_config
+from foldexp.experiments.build import build_dataset, build_model, meta_model, plain_config
 from foldexp.kernels import flush_denormals
 from foldexp.train.artifacts import read_verified_json, write_json
 from foldexp.train.checkpoint import CorruptFileError, read_checkpoint, rng_state, set_rng_state
@@ -255,10 +255,8 @@ def _meta_shapes(
 ) -> dict[str, tuple[int, ...]] | None:
     """The shapes of the model's state, built on the meta device; ``None`` for a model (of a
     user's own) whose constructor needs real tensors: its shapes are checked once it is built."""
-    try:
-        with torch.device("meta"):
-            model = build_model(model_cfg, info)
-    except (TypeError, RuntimeError, NotImplementedError):
+    model = meta_model(model_cfg, info)
+    if model is None:
         return None
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 

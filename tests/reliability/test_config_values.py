@@ -26,16 +26,16 @@ OUT_OF_RANGE = [
     ("trainer.eval_batch_size=0", "a value > 0"),
     ("trainer.epochs=0", "a value > 0"),
     ("trainer.epochs=-1", "a value > 0"),
-    ("dataset.n=0", "a value >= 3"),
+    ("dataset.n=0", "3 <= value <= 10000000"),
     ("trainer.limit_batches=-1", "a value >= 0"),
-    ("model.hidden_size=0", "a value > 0"),
+    ("model.hidden_size=0", "0 < value <= 65536"),
     ("optimizer.lr=-1", "0 < value < 100"),
     ("optimizer.weight_decay=-1", "0 <= value < 10"),
     ("trainer.num_workers=-1", "0 <= value <= 64"),
     ("trainer.patience=-1", "a value >= 0"),
     ("trainer.ema_decay=1.0", "0 <= value < 1"),
     ("model.dropout=1.5", "0 <= value < 1"),
-    ("seed=-2", "a value >= 0"),
+    ("seed=-2", "0 <= value <= 4294967295"),
 ]
 
 

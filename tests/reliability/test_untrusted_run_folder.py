@@ -98,6 +98,7 @@ TAMPERED = [
     ("model", {"_target_": "os.system", "command": "touch STOLEN"}),
     ("dataset", {"_target_": "os.system"}),
     ("dataset", {"n": -5}),
+    ("model", {"hidden_size": 10_000_000}),
     ("trainer", {"batch_size": 0}),
     ("optimizer", {"lr": -1.0}),
     ("optimizer", {"lr": 1e30}),

@@ -1,0 +1,232 @@
+"""Every number has a ceiling a user would accept, and sizes that are each in range but together
+would not fit in memory fail before anything is allocated, naming the keys.
+
+Before these checks ``trainer.processes=100000`` spawned processes until the machine stopped
+answering, ``dataset.n=1e9`` and ``dataset.max_depth=60`` generated until killed,
+``dataset.n_classes=1e8`` was killed for memory at its first batch, ``model.hidden_size=100000``
+and ``dataset.max_len=1e8`` ended in tracebacks of torch's and numpy's allocators, and a seed
+near 2**63 overflowed at the first step, after the data had loaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from foldexp.data.errors import FormatError
+from foldexp.experiments.datasets import calculator, marked_sequences
+from foldexp.experiments.text_data import text_csv
+from foldexp.experiments.tree_data import trees_ptb
+from foldexp.train.app import compose_config
+from foldexp.train.loop import run_train
+from foldexp.validate import ConfigError
+
+ADDITION = ["experiment=addition_attention"]
+WEAVE = ["experiment=esol_weave"]
+TREES = ["experiment=trees_ptb", "dataset.path=trees"]
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["trainer=ddp", "trainer.processes=100000"],
+         "trainer.processes=100000; expected 1 <= value <= 256"),
+        (["seed=9223372036854775807"], "seed=9223372036854775807; expected 0 <= value <= "
+         "4294967295"),
+        (["dataset.seed=4294967296"], "dataset.seed=4294967296; expected 0 <= value <= "
+         "4294967295"),
+        (["dataset.n=1000000000"], "dataset.n=1000000000; expected 3 <= value <= 10000000"),
+        (["dataset.n_classes=100000000"], "dataset.n_classes=100000000; expected 2 <= value <= "
+         "100000"),
+        (["model.hidden_size=100000"], "model.hidden_size=100000; expected 0 < value <= 65536"),
+        (["model.embed_size=1000000"], "model.embed_size=1000000; expected 0 < value <= 65536"),
+        (["model.forget_bias=1e30"], "model.forget_bias=1e+30; expected -100 <= value <= 100"),
+        ([*WEAVE, "model.layers=100000"], "model.layers=100000; expected 0 < value <= 1024"),
+        ([*WEAVE, "model.atom_size=1000000"], "model.atom_size=1000000; expected 0 < value <= "
+         "65536"),
+        ([*ADDITION, "dataset.max_len=100000000"], "dataset.max_len=100000000; expected 2 <= "
+         "value <= 100000"),
+        ([*ADDITION, "dataset.n_train=1000000000000"], "dataset.n_train=1000000000000; expected "
+         "0 < value <= 10000000"),
+        ([*TREES, "dataset.num_classes=100000000"], "dataset.num_classes=100000000; expected 2 <= "
+         "value <= 100000"),
+        ([*TREES, "dataset.label_map=[0,100000]"], "dataset.label_map=[0, 100000]; expected -1 <= "
+         "value < 100000"),
+    ],
+)  # fmt: skip
+def test_absurd_values_fail_at_compose_time(overrides: list[str], expected: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        compose_config(overrides)
+    assert str(err.value) == expected
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["trainer=ddp", "trainer.processes=256", "seed=4294967295", "dataset.n=10000000"],
+        ["model.hidden_size=65536", "model.forget_bias=-100", "dataset.n_classes=100000"],
+        [*WEAVE, "model.layers=1024"],
+        [*ADDITION, "dataset.max_len=100000", "dataset.n_train=10000000"],
+    ],
+)
+def test_the_largest_values_allowed_compose(overrides: list[str]) -> None:
+    compose_config(overrides)
+
+
+def test_a_seed_at_its_ceiling_trains(tmp_path: Path) -> None:
+    """seed * 1000 + epoch seeds each epoch's shuffle: it must fit torch's int64."""
+    quick = ["dataset.n=60", "trainer.epochs=1", "trainer.progress=false", "trainer.plots=false"]
+    run_train(compose_config([*quick, "seed=4294967295", "model.hidden_size=4"], tmp_path))
+    assert (tmp_path / "results.json").exists()
+
+
+CALCULATOR = {"n_classes": 10, "seed": 0}
+
+
+def test_calculator_trees_too_big_for_memory_are_refused_before_generating() -> None:
+    """Each node above max_depth branches with probability 1 - leaf_prob: at depth 60 and
+    the default 0.3 a tree has ~3e9 nodes, and generation ran until killed."""
+    with pytest.raises(ConfigError) as err:
+        calculator(n=60, max_depth=60, leaf_prob=0.3, **CALCULATOR)
+    message = str(err.value)
+    assert message.startswith("dataset: 60 expressions (dataset.n) of about 2.93e+09 nodes each")
+    assert "dataset.max_depth=60, dataset.leaf_prob=0.3" in message and "GiB of memory" in message
+    calculator(n=60, max_depth=200, leaf_prob=0.9, **CALCULATOR)  # shallow on average: fine
+
+
+@pytest.mark.parametrize(
+    "n, max_depth, leaf_prob, distinct",
+    [(301, 1, 0.3, 300), (288301, 2, 0.3, 288300), (301, 5, 1.0, 300), (270001, 2, 0.0, 270000)],
+)
+def test_more_distinct_expressions_than_exist_are_refused_at_once(
+    n: int, max_depth: int, leaf_prob: float, distinct: int
+) -> None:
+    """The generator drew 50 per tree before giving up: n=1e6 at depth 2 took most of an hour."""
+    with pytest.raises(ConfigError, match=rf"dataset\.n={n}, but there are only {distinct} "):
+        calculator(n=n, max_depth=max_depth, leaf_prob=leaf_prob, **CALCULATOR)
+
+
+def test_sequences_too_big_for_memory_are_refused_before_generating() -> None:
+    with pytest.raises(ConfigError) as err:
+        marked_sequences(n_train=10_000_000, n_dev=1, n_test=1, min_len=2, max_len=100_000)
+    assert str(err.value).startswith("dataset: 10000002 sequences (dataset.n_train, n_dev, ")
+    with pytest.raises(ConfigError, match=r"dataset\.min_len=80 is above dataset\.max_len=60"):
+        marked_sequences(n_train=4, n_dev=1, n_test=1, min_len=80, max_len=60)
+
+
+def test_a_model_too_big_for_memory_is_refused_before_it_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built on the meta device first; the sizes (and the vocabulary) are named."""
+    monkeypatch.setattr("foldexp.train.preflight.physical_memory", lambda: 64 * 2**20)
+    built: list[object] = []
+    monkeypatch.setattr("foldexp.train.loop.build_model", lambda *a: built.append(a))
+    quick = ["dataset.n=60", "trainer.epochs=1", "trainer.progress=false", "trainer.plots=false"]
+    cfg = compose_config([*quick, "model.hidden_size=2048"], tmp_path)
+    with pytest.raises(ConfigError) as err:
+        run_train(cfg)
+    message = str(err.value)
+    assert message.startswith("model: its parameters alone take ")
+    assert "more than the 0.1 GiB of memory of this machine" in message
+    assert "model.hidden_size=2048" in message and "a vocabulary of 14 words" in message
+    assert not built and not (tmp_path / "checkpoints").exists()
+
+
+def test_an_integer_label_beyond_the_class_ceiling_is_refused_naming_the_line(
+    tmp_path: Path,
+) -> None:
+    """Class names were made for 0..label: a label of 1e9 built a billion strings."""
+    path = tmp_path / "big.csv"
+    path.write_text("text,label\na good film,0\na bad film,1000000000\n")
+    with pytest.raises(FormatError, match=r"big\.csv:3: label 1000000000; integer labels are "):
+        text_csv(str(path))
+
+
+def test_a_tree_label_beyond_the_class_ceiling_is_refused_naming_the_line(tmp_path: Path) -> None:
+    (tmp_path / "trees").mkdir()
+    for name in ("train", "dev", "test"):
+        (tmp_path / "trees" / f"{name}.txt").write_text("(1 (0 a) (1 b))\n(0 (100000 c) (1 d))\n")
+    with pytest.raises(FormatError, match=r"train\.txt:2: label 100000; class ids go up to 99999"):
+        trees_ptb(str(tmp_path / "trees"))
+
+
+#: Numbers without a ceiling, and why none is needed: a huge value means "all" or "never" and
+#: allocates nothing (a batch larger than the split is the whole split).
+NO_CEILING = {
+    "TrainerConfig.epochs": "a loop bound; max_steps and patience stop a run earlier",
+    "TrainerConfig.batch_size": "capped by the split's size",
+    "TrainerConfig.eval_batch_size": "capped by the split's size",
+    "TrainerConfig.max_steps": "a loop bound",
+    "TrainerConfig.limit_batches": "at most all batches",
+    "TrainerConfig.patience": "at most never stopping early",
+    "TrainerConfig.checkpoint_every": "at most at epoch ends only",
+    "TrainerConfig.grad_clip": "at most no clipping",
+    "TrainerConfig.log_every_s": "at most no progress lines",
+    "TensorBoardLoggerConfig.log_every_n_steps": "at most no step lines",
+    "SSTDataConfig.min_count": "at most every word unknown",
+    "SSTDataConfig.limit": "at most all trees",
+    "SSTSentencesDataConfig.min_count": "at most every word unknown",
+    "SSTSentencesDataConfig.limit": "at most all sentences",
+    "TreesPTBDataConfig.min_count": "at most every word unknown",
+    "TreesPTBDataConfig.limit": "at most all trees",
+    "TextCSVDataConfig.min_count": "at most every word unknown",
+    "TextCSVDataConfig.limit": "at most all rows",
+    "MoleculeDataConfig.limit": "at most all molecules",
+    "AttentionModelConfig.tolerance": "at most every prediction counted correct",
+}
+
+
+def test_every_number_has_a_ceiling_or_a_reason_for_none() -> None:
+    """A new size or count without a ceiling would let 1e9 through to an allocator again."""
+    import dataclasses
+
+    from foldexp import config as schemas
+    from foldexp.validate import TARGETS
+
+    classes = [c for c in TARGETS.values() if c is not None]
+    classes += [schemas.TrainConfig, schemas.TrainerConfig, schemas.OptimizerConfig]
+    classes += [schemas.DeviceConfig, schemas.TensorBoardLoggerConfig]
+    open_ended = {
+        f"{cls.__name__}.{f.name}"
+        for cls in classes
+        for f in dataclasses.fields(cls)
+        if "range" in f.metadata and f.metadata["range"].le is None
+        and f.metadata["range"].lt is None
+    }  # fmt: skip
+    assert open_ended == set(NO_CEILING)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        MemoryError("Unable to allocate 7.28 TiB for an array with shape (1000000000000,)"),
+        RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 4e11"),
+    ],
+)
+def test_what_still_runs_out_of_memory_is_one_line(
+    error: BaseException, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the checks cannot foresee (a batch's activations) ends as a user's error does."""
+    from foldexp.train.app import report_errors
+
+    def run() -> None:
+        raise error
+
+    with pytest.raises(SystemExit) as exit_:
+        report_errors("train", run)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("foldexp train: error: out of memory (")
+    assert str(error) in err and "trainer.batch_size" in err
+
+
+def test_another_runtime_error_keeps_its_traceback() -> None:
+    """A bug is not a user's error."""
+    from foldexp.train.app import report_errors
+
+    def run() -> None:
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        report_errors("train", run)
