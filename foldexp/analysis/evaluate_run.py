@@ -8,11 +8,20 @@ keys); the rebuilt dataset must describe the same task (classes, targets, featur
 model was trained on. The metrics go to ``eval.json`` (in the run folder, or ``--out``) and are
 returned. Another file is cut into splits as the run's own was; ``split="all"`` scores every
 example of it (the three splits together), and a run given another file that scores only one
-split warns how many of the file's examples that is."""
+split warns how many of the file's examples that is.
+
+The dataset is read for the trained run (``build_dataset(..., trained=run.info)``): its labels
+are looked up among the run's classes, so a file holding one class, or some, is scored with the
+run's class ids; a metric the examples leave undefined (an AUC over one class) is ``null`` in
+the result, listed under ``undefined`` and warned about, never a failure of the whole file. A
+file whose columns have other names is told the key to name them with
+(``dataset.label_column=COL``, ``dataset.targets=[COL]``); the targets given that way are the
+run's targets under the file's names, so only their number must match."""
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -50,8 +59,13 @@ def _merged_config(saved: dict[str, Any], overrides: Sequence[str]) -> Any:
     return cfg
 
 
-def _check_same_task(trained: dict[str, Any], now: dict[str, Any], run: Path) -> None:
+def _check_same_task(
+    trained: dict[str, Any], now: dict[str, Any], run: Path, overrides: Sequence[str]
+) -> None:
+    named = {o.lstrip("+").split("=", 1)[0] for o in overrides}
     for key in _TASK_KEYS:
+        if key == "target_names" and "dataset.targets" in named:
+            continue  # the file's columns named for the run's targets: their number counts
         if key in trained and key in now and trained[key] != now[key]:
             raise ConfigError(
                 f"foldexp eval: the dataset gives {key}={now[key]!r} but {run} was trained "
@@ -72,11 +86,24 @@ def run_eval(
         raise ConfigError(f"--split={split!r}; expected one of {', '.join(SPLITS)}")
     run = load_trained(run_dir, allow_targets)
     cfg = _merged_config(run.config, overrides)
-    bundle = build_dataset(cfg.dataset)
-    _check_same_task(run.info, bundle.info, run.folder)
+    bundle = build_dataset(cfg.dataset, trained=run.info)
+    _check_same_task(run.info, bundle.info, run.folder, overrides)
     parts = [getattr(bundle, name) for name in SPLITS[:3]]
     examples = [e for part in parts for e in part] if split == "all" else getattr(bundle, split)
+    if not examples:
+        raise ConfigError(
+            f"foldexp eval: the {split} split of the dataset is empty ({bundle.sizes()}); "
+            "--split all scores every example"
+        )
     metrics = evaluate(run.model, examples, cfg, torch.device("cpu"), split)
+    undefined = sorted(k for k, v in metrics.items() if isinstance(v, float) and math.isnan(v))
+    if undefined:
+        log.warning(
+            "%s: not defined on these %d examples (e.g. an AUC over examples of one class); "
+            "reported as null",
+            ", ".join(undefined), len(examples),
+        )  # fmt: skip
+        metrics = {k: None if k in undefined else v for k, v in metrics.items()}
     total = sum(len(part) for part in parts)
     if len(examples) < total and any(o.lstrip("+").startswith("dataset.") for o in overrides):
         # Another file is cut into the run's splits like its own: say that only a part counted.
@@ -91,6 +118,7 @@ def run_eval(
         "dataset_examples": total,
         "overrides": list(overrides),
         **metrics,
+        **({"undefined": undefined} if undefined else {}),
     }
     write_json(Path(out) if out else run.folder / "eval.json", result)
     return result

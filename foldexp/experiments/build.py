@@ -30,10 +30,18 @@ def plain_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     return dict(cfg)
 
 
-def build_dataset(dataset_cfg: DictConfig | Mapping[str, Any]) -> Any:
-    """The ``DataBundle`` that ``dataset._target_`` builds from the other dataset keys."""
+def build_dataset(
+    dataset_cfg: DictConfig | Mapping[str, Any], trained: Mapping[str, Any] | None = None
+) -> Any:
+    """The ``DataBundle`` that ``dataset._target_`` builds from the other dataset keys.
+
+    ``trained``: the ``info`` of a trained run the data is read for (``foldexp eval``), given
+    to a builder that takes it: the run's classes are the classes (a file may hold some of them
+    only), and a split on which a metric is not defined is scored, not refused."""
     keys = plain_config(dataset_cfg)
     builder = import_target(str(keys.pop("_target_")))
+    if trained is not None and "trained" in inspect.signature(builder).parameters:
+        keys["trained"] = trained
     return builder(**keys)
 
 

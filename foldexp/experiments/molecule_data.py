@@ -12,7 +12,9 @@ weights (classification with ``dataset.balance=true``). ESOL and FreeSolv are pr
 What would make a run meaningless is refused here, before the model is built: classification
 labels other than 0/1 (naming the row and column), a split without a single labelled target,
 and for classification a dev or test split in which no task has both classes (its ROC AUC would
-not exist). The file itself is checked as it is read (``foldexp.data.molecules``).
+not exist; ``foldexp eval``, which scores a trained run on a file, reports such an AUC as not
+defined instead). The file itself is checked as it is read (``foldexp.data.molecules``); a
+column it lacks is told with the key that names it (``dataset.targets=[COL]``).
 
 ``molecule_inputs`` turns SMILES into model inputs for ``foldexp predict``.
 """
@@ -20,14 +22,14 @@ not exist). The file itself is checked as it is read (``foldexp.data.molecules``
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from foldexp.config import enum_value
-from foldexp.data.errors import MoleculeError
+from foldexp.data.errors import FormatError, MoleculeError
 from foldexp.data.molecule_csv import read_csv_column, record_lines
 from foldexp.data.molecules import (
     FETCHABLE,
@@ -37,6 +39,7 @@ from foldexp.data.molecules import (
     not_found,
 )
 from foldexp.data.splits import column_split, random_split, scaffold_split, take
+from foldexp.experiments.csv_columns import missing_columns
 from foldexp.experiments.datasets import DataBundle
 from foldexp.validate import ConfigError
 
@@ -154,10 +157,15 @@ def _parts(
 
 
 def _check_labelled(
-    dataset: MoleculeDataset, parts: tuple[np.ndarray, ...], task: str, split: str
+    dataset: MoleculeDataset,
+    parts: tuple[np.ndarray, ...],
+    task: str,
+    split: str,
+    both_classes: bool = True,
 ) -> None:
-    """Every non-empty split must hold a labelled target; for classification, dev and test
-    need a task with both classes (ROC AUC selects the epoch and is the test score)."""
+    """Every non-empty split must hold a labelled target; for classification (``both_classes``:
+    to train), dev and test need a task with both classes (ROC AUC selects the epoch and is the
+    test score)."""
     mask, targets = dataset.target_mask, dataset.targets
     for name, idx in zip(_SPLITS, parts, strict=True):
         if not len(idx):
@@ -168,7 +176,7 @@ def _check_labelled(
                 f"{split}) has no labelled target at all; every target of its molecules is "
                 "missing. Use another split or seed, or fill in the labels"
             )
-        if task == "classification" and name != "train":
+        if both_classes and task == "classification" and name != "train":
             both = [
                 k
                 for k in range(mask.shape[1])
@@ -218,6 +226,7 @@ def molecules_csv(
     cache_dir: str | None = None,
     balance: bool = False,
     name: str = "molecules_csv",
+    trained: Mapping[str, Any] | None = None,
 ) -> DataBundle:
     """A molecule CSV featurised into graphs and split (the ``dataset.*`` keys, see the module
     docstring and ``foldexp.config.MoleculeDataConfig``).
@@ -226,6 +235,8 @@ def molecules_csv(
     ``atom_features``, ``pair_features``, ``num_targets``, ``task``, ``target_names``,
     ``target_mean`` / ``target_std`` (regression: over the labelled training entries; 0 / 1 for
     classification) and ``pos_weight`` (classification with ``balance``, else ``None``).
+    ``trained``: a trained run's ``info`` (``foldexp eval``): a split of one class is scored
+    (its AUCs are not defined), not refused, and the training split may be empty.
     """
     task, on_invalid, split = enum_value(task), enum_value(on_invalid), enum_value(split)
     fractions = tuple(float(f) for f in fractions)
@@ -235,14 +246,29 @@ def molecules_csv(
         raise ConfigError(
             "dataset.balance=true weights positive labels: it needs task=classification"
         )
-    dataset = _load(Path(path), smiles_column, targets, on_invalid, cache_dir)
-    graphs = list(dataset)[:limit] if limit else list(dataset)
-    if task == "classification":
-        _check_binary(dataset, len(graphs))
-    parts = _parts(dataset, graphs, split, split_column, fractions, seed)
-    _check_labelled(dataset, parts, task, split)
+    columns = {"dataset.smiles_column": smiles_column, "dataset.targets": targets}
+    if split == "column":
+        columns["dataset.split_column"] = str(split_column)
+    try:
+        dataset = _load(Path(path), smiles_column, targets, on_invalid, cache_dir)
+        graphs = list(dataset)[:limit] if limit else list(dataset)
+        if task == "classification":
+            _check_binary(dataset, len(graphs))
+        parts = _parts(dataset, graphs, split, split_column, fractions, seed)
+    except FormatError:
+        random = "or cut the file at random: dataset.split=random dataset.split_column=null"
+        named = missing_columns(Path(path), columns, {"dataset.split_column": random})
+        if named is not None:
+            raise named from None
+        raise
+    _check_labelled(dataset, parts, task, split, both_classes=trained is None)
     train, dev, test = (take(graphs, p) for p in parts)
-    if task == "regression":
+    if not train and trained is None:
+        raise ConfigError(
+            f"dataset {name}: the train split is empty (train 0, dev {len(dev)}, test "
+            f"{len(test)}); check dataset.limit, the split fractions or the files"
+        )
+    if task == "regression" and train:
         mean, std = _statistics(train)
     else:
         mean, std = [0.0] * len(targets), [1.0] * len(targets)
@@ -259,7 +285,7 @@ def molecules_csv(
             "target_std": std,
             "task": task,
             "target_names": targets,
-            "pos_weight": _pos_weight(train) if balance else None,
+            "pos_weight": _pos_weight(train) if balance and train else None,
         },
     )
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from foldexp.data.sequences import TextRow, read_text_csv, tokenize
 from foldexp.data.splits import random_split
 from foldexp.data.trees import NO_LABEL
 from foldexp.data.vocab import Vocabulary
+from foldexp.experiments.csv_columns import missing_columns
 from foldexp.experiments.datasets import DataBundle, _pretrained
 from foldexp.validate import ConfigError, plain
 
@@ -82,6 +83,25 @@ def _valid_rows(
     if not kept:
         raise FormatError(f"{path}: no row holds both a text and a label")
     return kept
+
+
+def _known_classes(path: str, labels: list[str], lines: list[int], known: list[str]) -> list[int]:
+    """Class ids of ``labels`` among a trained run's classes ``known`` (its ``class_names``):
+    a file scored by ``foldexp eval`` may hold some of them only."""
+    index = {name: k for k, name in enumerate(known)}
+    ids_are_names = known == [str(k) for k in range(len(known))]
+    ids = []
+    for label, line in zip(labels, lines):
+        k = index.get(label)
+        if k is None and ids_are_names and _INTEGER.fullmatch(label):
+            k = int(label) if 0 <= int(label) < len(known) else None  # "+1", "01"
+        if k is None:
+            raise FormatError(
+                f"{path}:{line}: label {label!r} is not one of the trained run's classes "
+                f"({', '.join(known)})"
+            )
+        ids.append(k)
+    return ids
 
 
 def _classes(path: str, labels: list[str], lines: list[int]) -> tuple[list[int], list[str]]:
@@ -148,11 +168,13 @@ def text_csv(
     seed: int = 0,
     on_invalid: str = "error",
     limit: int = 0,
+    trained: Mapping[str, Any] | None = None,
 ) -> DataBundle:
     """Sentence classification from a CSV (see the module docstring; keys as ``dataset.*``).
 
     ``bundle.info``: ``vocab``, ``num_classes``, ``class_names`` and ``embeddings`` (or
-    ``None``).
+    ``None``). ``trained``: a trained run's ``info`` (``foldexp eval``): labels are looked up
+    among its ``class_names``, so a file may hold one class, or some, and keep the run's ids.
     """
     tokenizer, split, on_invalid = str(plain(tokenizer)), str(plain(split)), str(plain(on_invalid))
     if path in ("", "???"):
@@ -160,10 +182,25 @@ def text_csv(
             "dataset.path is not set: give the CSV or CSV.gz file (dataset.path=FILE)"
         )
     columns = (text_column, label_column, split_column if split == "column" else None)
-    rows = read_text_csv(Path(path).expanduser(), *columns)
+    try:
+        rows = read_text_csv(Path(path).expanduser(), *columns)
+    except FormatError:
+        keys = {"dataset.text_column": text_column, "dataset.label_column": label_column}
+        if columns[2] is not None:
+            keys["dataset.split_column"] = split_column
+        random = {"dataset.split_column": "or cut the file at random: dataset.split=random"}
+        named = missing_columns(Path(path).expanduser(), keys, random)
+        if named is not None:
+            raise named from None
+        raise
     kept = _valid_rows(path, rows, columns, tokenizer, lowercase, on_invalid)
     labels = [row.label.strip() for row, _ in kept]  # type: ignore[union-attr]  # checked
-    ids, names = _classes(path, labels, [row.line for row, _ in kept])
+    lines = [row.line for row, _ in kept]
+    known = list(trained.get("class_names") or []) if trained else []
+    if known:
+        ids, names = _known_classes(path, labels, lines, [str(n) for n in known]), known
+    else:
+        ids, names = _classes(path, labels, lines)
     examples = [(tokens, k) for (_, tokens), k in zip(kept, ids)]
     parts = _split(examples, [row for row, _ in kept], split, fractions, seed)
     if limit:

@@ -28,7 +28,7 @@ predict`` are ``tree_inputs``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from foldexp.data.trees import NO_LABEL
@@ -95,13 +95,18 @@ def trees_ptb(
     word_vectors: str | None = None,
     vector_vocab: bool = False,
     limit: int = 0,
+    trained: Mapping[str, Any] | None = None,
 ) -> DataBundle:
     """Labelled PTB trees of one's own (see the module docstring; keys as ``dataset.*``).
 
     ``bundle.info``: ``vocab``, ``num_classes``, ``predict_classes``, ``polarity``,
     ``class_names``, ``internal_words`` (False), ``embeddings`` (or ``None``) and
     ``non_binary_tree`` (where the first tree that is not binary is, or ``None``).
+    ``trained``: a trained run's ``info`` (``foldexp eval``): without ``num_classes``, the
+    run's number of classes, not the largest label of a file that may hold some classes only.
     """
+    if num_classes is None and trained and trained.get("num_classes"):
+        num_classes = int(trained["num_classes"])
     data = load_tree_splits(
         path,
         train_file,

@@ -140,7 +140,8 @@ def test_non_utf8_and_missing_columns_are_refused(tmp_path: Path) -> None:
     path.write_bytes("text,label\ngood,pos\ncaf\u00e9,neg\n".encode("latin-1"))
     with pytest.raises(FormatError, match=r"latin.csv:3:4: expected UTF-8 text, got byte 0xe9"):
         text_csv(str(path))
-    with pytest.raises(FormatError, match=r"no column 'body' \(the text column\).*'review'"):
+    says = r"a\.csv: no column 'body', which dataset\.text_column names; the header has 'review'"
+    with pytest.raises(ConfigError, match=says):
         text_csv(str(_csv(tmp_path / "a.csv", ROWS)), text_column="body")
 
 
