@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
+from collections.abc import Callable
 
 COMMANDS = {
     "train": "train a model: a Hydra app (foldexp train --help, key=value overrides, -m sweeps)",
@@ -25,16 +27,48 @@ COMMANDS = {
 }
 
 
+def integer(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: an integer in ``low..high``, else argparse's one-line error naming
+    the option (``argument --trees: 0; expected 1 <= value <= 1024``), status 2."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low or (high is not None and value > high):
+            allowed = f"{low} <= value <= {high}" if high is not None else f"a value >= {low}"
+            raise argparse.ArgumentTypeError(f"{value}; expected {allowed}")
+        return value
+
+    return parse
+
+
+#: The demo's sizes: each at most this, and a batch's trees x leaves x state at most
+#: ``_DEMO_CELLS`` (64 x 32 x 64 = 2**17 by default): a tensor of the batch then stays under
+#: 0.5 GB, where --leaves 100000000 had run until stopped.
+_DEMO_MAX = 1024
+_DEMO_CELLS = 2**27
+
+
 def _demo(argv: list[str]) -> int:
+    from foldexp.config import MAX_SEED
     from foldexp.demo import run_demo
 
+    size = integer(1, _DEMO_MAX)
     ap = argparse.ArgumentParser(prog="foldexp demo", description=COMMANDS["demo"])
-    ap.add_argument("--trees", type=int, default=64, help="trees per batch (default 64)")
-    ap.add_argument("--leaves", type=int, default=32, help="leaves per tree (default 32)")
-    ap.add_argument("--hidden", type=int, default=64, help="Tree-LSTM state size (default 64)")
-    ap.add_argument("--repeats", type=int, default=3, help="timed repeats (default 3)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--trees", type=size, default=64, help="trees per batch (default 64)")
+    ap.add_argument("--leaves", type=size, default=32, help="leaves per tree (default 32)")
+    ap.add_argument("--hidden", type=size, default=64, help="Tree-LSTM state size (default 64)")
+    ap.add_argument("--repeats", type=integer(1, 100), default=3, help="timed repeats (default 3)")
+    ap.add_argument("--seed", type=integer(0, MAX_SEED), default=0)
     a = ap.parse_args(argv)
+    if a.trees * a.leaves * a.hidden > _DEMO_CELLS:
+        ap.error(
+            f"--trees {a.trees} x --leaves {a.leaves} x --hidden {a.hidden} is "
+            f"{a.trees * a.leaves * a.hidden}; expected at most {_DEMO_CELLS} (a tensor of the "
+            "batch would not stay under 0.5 GB)"
+        )
     run_demo(a.trees, a.leaves, a.hidden, a.repeats, a.seed)
     return 0
 
@@ -60,6 +94,15 @@ def _hydra_app(name: str, module: str) -> object:
                         raise  # the run's own error, or a user who asked for tracebacks
                     print(f"foldexp {name}: error: {_hydra_message(exc)}", file=sys.stderr)
                     return 2
+                except OSError as exc:  # Hydra makes the run folder before the run starts
+                    if not still_composing() or os.environ.get("FOLDEXP_TRACEBACK"):
+                        raise
+                    print(
+                        f"foldexp {name}: error: cannot make the run folder {exc.filename} "
+                        f"({exc.strerror or exc}); it is hydra.run.dir (hydra.sweep.dir with -m)",
+                        file=sys.stderr,
+                    )
+                    return 2
         finally:
             sys.argv = saved
         return 0
@@ -76,7 +119,16 @@ def _hydra_message(exc: BaseException) -> str:
         first, *more = str(cause).splitlines()
         lines = [f"{lines[0].rstrip('.')}: {first}" if lines else first, *lines[1:], *more]
     internal = ("full_key:", "reference_type=", "object_type=")
-    return "\n".join(ln for ln in lines if not ln.strip().startswith(internal)).strip()
+    lines = [ln for ln in lines if not ln.strip().startswith(internal)]
+    preset = re.match(r"In 'experiment/([^']+)': ConfigKeyError", lines[0] if lines else "")
+    if preset:  # dataset=sst under the default experiment: its dataset.n is not sst's
+        name = preset.group(1)
+        return (
+            f"{' '.join(ln.strip() for ln in lines)}. experiment={name} sets that key for its own "
+            "dataset and model; with another dataset= or model=, choose an experiment made for "
+            "it (foldexp train --help lists them) or none: ~experiment"
+        )
+    return "\n".join(lines).strip()
 
 
 def _report(argv: list[str]) -> int:
@@ -115,7 +167,7 @@ def _ensemble(argv: list[str]) -> int:
     ap.add_argument("dirs", nargs="+", help="run or sweep folders (results.json, checkpoints/)")
     ap.add_argument("--split", default="test", choices=SPLITS, help="split to score (test)")
     ap.add_argument("--out", default=None, help="where to write (default: the first folder)")
-    ap.add_argument("--batch-size", type=int, default=256, help="trees per batch (256)")
+    ap.add_argument("--batch-size", type=integer(1), default=256, help="trees per batch (256)")
     _allow_target_option(ap)
     a = ap.parse_args(argv)
     run_ensemble(a.dirs, a.split, a.out, a.batch_size, a.allow_target)
@@ -145,7 +197,7 @@ def _predict(argv: list[str]) -> int:
     )
     ap.add_argument("--output", "-o", default=None, help="CSV to write (default: stdout)")
     ap.add_argument("--column", default=None, help="input column (default: the run's)")
-    ap.add_argument("--batch-size", type=int, default=256, help="inputs per batch (256)")
+    ap.add_argument("--batch-size", type=integer(1), default=256, help="inputs per batch (256)")
     _allow_target_option(ap)
     a = ap.parse_args(argv)
     rows = run_predict(

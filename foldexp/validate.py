@@ -81,6 +81,24 @@ _MODEL_SCHEMAS = (
 )
 _OPTIMIZERS = ("torch.optim.Adam", "torch.optim.AdamW", "torch.optim.Adagrad", "torch.optim.SGD")
 
+#: What each dataset's examples are, and what each model reads. A model given examples of another
+#: kind failed in its first batch, after the data had loaded: seq_lstm on calculator trees with
+#: "cannot unpack non-iterable Tree object", weave with a TypeError about atom_features.
+_EXAMPLES: dict[type, str] = {
+    schemas.CalculatorDataConfig: "trees",
+    schemas.SSTDataConfig: "trees",
+    schemas.TreesPTBDataConfig: "trees",
+    schemas.SSTSentencesDataConfig: "sentences",
+    schemas.TextCSVDataConfig: "sentences",
+    schemas.MoleculeDataConfig: "molecules",
+    schemas.MarkedSequencesDataConfig: "sequences of numbers",
+    schemas.TreeLSTMModelConfig: "trees",
+    schemas.ChildSumTreeLSTMModelConfig: "trees",
+    schemas.SequenceLSTMModelConfig: "sentences",
+    schemas.WeaveModelConfig: "molecules",
+    schemas.AttentionModelConfig: "sequences of numbers",
+}
+
 #: ``_target_`` → its schema (``None`` for optimizers, whose keys the optimizer schema checks).
 TARGETS: dict[str, type | None] = {
     **{_defaults_target(c): c for c in (*_DATASET_SCHEMAS, *_MODEL_SCHEMAS)},
@@ -324,6 +342,53 @@ def check_memory(need: int, what: str, fix: str) -> None:
         )
 
 
+def _check_examples(dataset: Any, model: Mapping[str, Any]) -> None:
+    """A foldexp model must read the kind of examples the dataset gives (``_EXAMPLES``); a
+    model of the user's own is not known, and its own ``collate`` says."""
+    if not isinstance(dataset, Mapping):
+        return
+    gives = _EXAMPLES.get(schema_for(str(dataset.get("_target_"))))  # type: ignore[arg-type]
+    reads = _EXAMPLES.get(schema_for(str(model.get("_target_"))))  # type: ignore[arg-type]
+    if gives is None or reads is None or gives == reads:
+        return
+
+    def names(group: str, kind: str, schemas_: Sequence[type]) -> str:
+        options = _group_options(group)
+        targets = [_defaults_target(c) for c in schemas_ if _EXAMPLES.get(c) == kind]
+        return ", ".join(name for t in targets for name in options.get(t, [t]))
+
+    raise ConfigError(
+        f"model {model.get('name')} ({model.get('_target_')}) reads {reads}, but dataset "
+        f"{dataset.get('name')} gives {gives}; the models for {gives}: "
+        f"model={names('model', gives, _MODEL_SCHEMAS)}; the datasets for {reads}: "
+        f"dataset={names('dataset', reads, _DATASET_SCHEMAS)} (or an experiment= preset made "
+        "for either)"
+    )
+
+
+def _group_options(group: str) -> dict[str, list[str]]:
+    """``_target_`` → the names of the ``foldexp/conf/<group>/`` files that build it (a preset
+    names another file of the group in its defaults list: ``esol`` → ``molecules_csv``)."""
+    folder = Path(schemas.CONF_DIR, group)
+    files = {p.stem: OmegaConf.load(p) for p in sorted(folder.glob("*.yaml"))}
+
+    def target(name: str, depth: int = 0) -> str | None:
+        node = files.get(name)
+        if node is None or depth > len(files):
+            return None
+        if "_target_" in node:
+            return str(node["_target_"])
+        bases = [d for d in node.get("defaults", []) if isinstance(d, str) and d in files]
+        return target(bases[0], depth + 1) if bases else None
+
+    options: dict[str, list[str]] = {}
+    for name in files:
+        built = target(name)
+        if built is not None:
+            options.setdefault(built, []).append(name)
+    return options
+
+
 def check_bool_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
     """Refuses a command-line override that gives a boolean key anything but true or false
     (or null, where the key may be null). OmegaConf reads any integer into a boolean key
@@ -371,6 +436,8 @@ def check_config(cfg: DictConfig | Mapping[str, Any], files: bool = True) -> Non
         if not isinstance(sub, Mapping):
             continue
         schema = schema_for(str(sub.get("_target_")))
+        if group == "model":
+            _check_examples(node.get("dataset"), sub)
         if schema is not None:
             _check_node(group, sub, schema)
             if files:

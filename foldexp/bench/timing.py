@@ -66,8 +66,8 @@ def setup_env(device: str, threads: int | None) -> Env:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError(
+        if not torch.cuda.is_available():  # the config's, not a bug: one line, exit status 2
+            raise ValueError(
                 "device=cuda was asked for but torch sees no CUDA device "
                 f"(torch {torch.__version__}, cuda build: {torch.version.cuda}); use device=cpu"
             )

@@ -137,6 +137,12 @@ def _infer_classes(
     to ten classes, five of which never occur.
     """
     given = num_classes is not None
+    if num_classes is None and not splits[0]:  # the classes come from its labels
+        sizes = ", ".join(f"{name} {len(trees)}" for name, trees in zip(SPLITS, splits))
+        raise ConfigError(
+            f"the train split is empty ({sizes}); check dataset.limit, the split fractions or "
+            "the files"
+        )
     if num_classes is None:
         num_classes = max((max(t.labels()) for t in splits[0]), default=NO_LABEL) + 1
         if num_classes < 2:

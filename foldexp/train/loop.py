@@ -58,7 +58,7 @@ from foldexp.train.rundir import claim_run_dir, repair_metrics
 from foldexp.train.runs import RunSetup, prepare_for_training, write_run_info
 from foldexp.train.sampler import example_sizes
 from foldexp.train.sparse_rows import use_sparse_table_gradients
-from foldexp.validate import check_config, plain
+from foldexp.validate import ConfigError, check_config, plain
 
 __all__ = ["run_train", "TrainingDiverged", "resolve_device"]
 
@@ -70,8 +70,8 @@ def resolve_device(name: str) -> torch.device:
     name = enum_value(name)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(
+    if name == "cuda" and not torch.cuda.is_available():  # the config's, not a bug: one line
+        raise ConfigError(
             "device.name=cuda but torch sees no CUDA device; use device=cpu or device=auto"
         )
     return torch.device(name)

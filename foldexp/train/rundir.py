@@ -102,8 +102,15 @@ class RunLock:
 
 
 def lock_run_dir(out_dir: Path) -> RunLock:
-    """Takes ``out_dir``'s lock at once or raises ``RunFolderError`` naming the owner."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Takes ``out_dir``'s lock at once or raises ``RunFolderError`` naming the owner (or why
+    the folder cannot be made)."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunFolderError(
+            f"paths.output_dir={out_dir}: cannot make the run folder ({exc.strerror or exc}); "
+            "it is hydra.run.dir unless paths.output_dir is set"
+        ) from None
     path = out_dir / LOCK_NAME
     if fcntl is None:
         return RunLock(path, None)

@@ -109,8 +109,9 @@ def load_trained(
     source = folder / RUN_INFO
     if not source.is_file():
         raise FileNotFoundError(
-            f"{folder} is not a trained run: it has no {RUN_INFO} (runs trained before foldexp "
-            "stored it cannot be loaded; train again)"
+            f"{folder} is not a trained run: it has no {RUN_INFO}, which a run writes once its "
+            "data is read and its model built (a run that failed before: see its app.log; one "
+            "trained before foldexp stored it: train again)"
         )
     saved = read_verified_json(source)
     config = read_run_config(saved, source, allow_targets)

@@ -16,6 +16,7 @@ import torch
 
 from foldexp.train.app import compose_config
 from foldexp.train.loop import TrainingDiverged, run_train
+from foldexp.validate import ConfigError
 
 TINY = [
     "dataset.n=300",
@@ -140,9 +141,26 @@ def test_every_experiment_composes(tmp_path: Path) -> None:
 def test_cuda_requested_without_gpu_fails_before_work(tmp_path: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    with pytest.raises(RuntimeError, match="device.name=cuda but torch sees no CUDA device"):
+    with pytest.raises(ConfigError, match="device.name=cuda but torch sees no CUDA device"):
         run_train(compose_config([*TINY, "device=cuda"], tmp_path))
     assert not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "bench"])
+def test_cuda_without_gpu_is_one_line_with_status_2(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was a RuntimeError: a traceback, status 1."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    from foldexp.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "device=cuda", f"hydra.run.dir={tmp_path}"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"foldexp {command}: error: ") and "no CUDA device" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
 
 
 def test_workers_build_schedules_with_same_result(tmp_path: Path) -> None:
