@@ -14,6 +14,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 COMMANDS = {
     "train": "train a model: a Hydra app (foldexp train --help, key=value overrides, -m sweeps)",
@@ -118,8 +119,17 @@ def _hydra_message(exc: BaseException) -> str:
     if cause is not None and str(cause) and str(cause) not in str(exc):
         first, *more = str(cause).splitlines()
         lines = [f"{lines[0].rstrip('.')}: {first}" if lines else first, *lines[1:], *more]
-    internal = ("full_key:", "reference_type=", "object_type=")
+    internal = ("full_key:", "reference_type=", "object_type=", "Config search path:",
+                "provider=")  # fmt: skip
     lines = [ln for ln in lines if not ln.strip().startswith(internal)]
+    missing = re.search(r"Could not load '([^'/]+)/([^']+)'", lines[0] if lines else "")
+    if missing:  # an option of a list (logger=[csv,nosuch]): Hydra lists no options then
+        from foldexp.config import CONF_DIR
+
+        group = missing.group(1)
+        options = sorted(p.stem for p in Path(CONF_DIR, group).glob("*.yaml"))
+        if options:
+            lines = [f"{lines[0]} The options of {group} are: {', '.join(options)}"]
     preset = re.match(r"In 'experiment/([^']+)': ConfigKeyError", lines[0] if lines else "")
     if preset:  # dataset=sst under the default experiment: its dataset.n is not sst's
         name = preset.group(1)
@@ -145,8 +155,6 @@ def _report(argv: list[str]) -> int:
     ap.add_argument("--ascending", action="store_true", help="smaller is better (e.g. RMSE)")
     ap.add_argument("--out", default=None, help="where to write (default: the first folder)")
     a = ap.parse_args(argv)
-    from pathlib import Path
-
     from foldexp.bench import CSV_NAME
     from foldexp.bench.plots import redraw
 

@@ -155,3 +155,13 @@ def test_eval_of_a_run_that_failed_before_training_points_at_its_log(
     assert exit_.value.code == 2
     err = _one_line(capsys, "eval")
     assert "has no run_info.json" in err and "see its app.log" in err
+
+
+def test_an_unknown_option_in_a_list_of_a_group_lists_the_options(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Hydra listed its config search path instead, over four lines."""
+    assert main(["train", "logger=[csv,nosuch]"]) == 2
+    err = _one_line(capsys, "train")
+    assert err.endswith("Could not load 'logger/nosuch'. The options of logger are: csv, none, "
+                        "tensorboard")  # fmt: skip
