@@ -156,8 +156,9 @@ def compose_dataset_config(kind: str, overrides: Sequence[str]) -> DictConfig:
         if "=" not in item:
             raise ValueError(f"foldexp data: {item!r}: expected KEY=VALUE, e.g. path=FILE")
     keys = [o.removeprefix("dataset.") for o in overrides]
-    # ~experiment: the default experiment's dataset keys belong to another dataset
-    base = ["~experiment", f"dataset={kind}"]
+    # ~experiment: the default experiment's dataset keys belong to another dataset; ~model:
+    # the default model may read other examples than this dataset gives
+    base = ["~experiment", "~model", f"dataset={kind}"]
     known = [k for k in compose_config(base).dataset if k != "_target_"]
     for key in keys:
         if key.split("=", 1)[0] not in known:

@@ -160,5 +160,5 @@ def test_cuda_without_a_gpu_fails_clearly() -> None:
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    with pytest.raises(RuntimeError, match="device=cuda"):
+    with pytest.raises(ValueError, match="device=cuda"):
         setup_env("cuda", 1)
