@@ -11,9 +11,12 @@ Rebuilding a trained run from its folder is ``foldexp.train.runs``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+import random
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
@@ -88,7 +91,22 @@ def meta_model(
     dtypes without their memory. ``None`` for a model (of a user's own) whose constructor needs
     real tensors."""
     try:
-        with torch.device("meta"):
+        with _random_states_kept(), torch.device("meta"):
             return build_model(model_cfg, info)
     except (TypeError, RuntimeError, NotImplementedError):
         return None
+
+
+@contextmanager
+def _random_states_kept() -> Iterator[None]:
+    """Python's, numpy's and torch's CPU generators left as they were found: a dry build must not
+    change the run. Building draws (a block's type inference runs its module once on a test
+    batch, dropout included), so without this the checked run initialised its weights from other
+    numbers than the unchecked one."""
+    python, numpy = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy)

@@ -133,6 +133,28 @@ def test_a_model_too_big_for_memory_is_refused_before_it_is_built(
     assert not built and not (tmp_path / "checkpoints").exists()
 
 
+def test_the_memory_check_leaves_the_run_as_it_was(tmp_path: Path) -> None:
+    """Its dry build on the meta device runs each block's test batch, dropout included: it must
+    leave every generator as it found it, or the checked run initialises other weights."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from foldexp.experiments.build import build_dataset, meta_model
+
+    cfg = compose_config(["dataset.n=60", "model.hidden_size=4", "model.dropout=0.5"], tmp_path)
+    info = build_dataset(cfg.dataset).info
+    torch.manual_seed(0)
+    random.seed(0)
+    np.random.seed(0)
+    before = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
+    assert meta_model(cfg.model, info) is not None
+    assert torch.equal(before[0], torch.get_rng_state())
+    assert before[1] == random.getstate()
+    assert (before[2] == np.random.get_state()[1]).all()
+
+
 def test_an_integer_label_beyond_the_class_ceiling_is_refused_naming_the_line(
     tmp_path: Path,
 ) -> None:
