@@ -28,6 +28,7 @@ where autograd materialises a full-size gradient per depth (O(nodes × depth) me
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -36,7 +37,13 @@ import torch
 
 from foldexp.blocks.internal import Op
 from foldexp.compiler.schedule import Group, Index, Plan
-from foldexp.kernels import WeightGradients, collecting_weight_gradients, routed_linears
+from foldexp.kernels import (
+    WeightGradients,
+    collecting_weight_gradients,
+    fused_cells_enabled,
+    routed_linears,
+)
+from foldexp.kernels.pointwise_graph import PointwiseFusion
 from foldexp.kernels.scatter import NATIVE_ELEMENTS, index_add_parts
 
 __all__ = ["execute"]
@@ -58,6 +65,28 @@ def _engine_entry() -> Any:
 
 
 _engine_run_backward = _engine_entry()
+
+
+_fusions: weakref.WeakKeyDictionary[Op, PointwiseFusion] = weakref.WeakKeyDictionary()
+
+
+def _call(op: Op, args: list[Any]) -> list[Any]:
+    """``op.forward(args)``, with each run of pointwise ops in the op's body (a user's own cell
+    written with plain torch ops) as one generated kernel (``kernels/pointwise_graph.py``), as
+    long as foldexp's C++ kernels are on (``device.fused_cells``)."""
+    if not fused_cells_enabled():
+        return op.forward(args)
+    parts = getattr(op, "parts", None)  # a FusedOp: its ops one after the other
+    if parts is not None:
+        for part in parts:
+            args = _call(part, args)
+        return args
+    fusion = _fusions.get(op)
+    if fusion is None:
+        fusion = _fusions[op] = PointwiseFusion([op.fn, op.module])
+    if fusion.unfusable:
+        return op.forward(args)
+    return fusion(lambda *xs: op.forward(list(xs)), args)
 
 
 def _read(buf: torch.Tensor, rows: Index) -> torch.Tensor:
@@ -132,7 +161,7 @@ def _run_no_grad(plan: Plan, ops: Sequence[Op], device: torch.device) -> list[to
     bufs = _allocate(plan, device)
     with _dense_route(device):
         for g in plan.groups:
-            outs = ops[g.op].forward(_arguments(ops[g.op], g, bufs))
+            outs = _call(ops[g.op], _arguments(ops[g.op], g, bufs))
             for (tid, start, end), out in zip(g.outs, outs):
                 bufs[tid][start:end] = out
     return [o.clone() if o._base is not None else o for o in _outputs(plan, bufs)]
@@ -161,7 +190,7 @@ class _Sweep:
             for g in plan.groups:
                 leaves: list[torch.Tensor] = []
                 spans: list[int] = []
-                outs = self.ops[g.op].forward(_arguments(self.ops[g.op], g, bufs, leaves, spans))
+                outs = _call(self.ops[g.op], _arguments(self.ops[g.op], g, bufs, leaves, spans))
                 for (tid, start, end), out in zip(g.outs, outs):
                     bufs[tid][start:end] = out.detach()
                 self.records.append((leaves, spans, outs))

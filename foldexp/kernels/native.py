@@ -1,7 +1,9 @@
 """Builds foldexp's C++ kernels on first use and loads them with ctypes: the fused Tree-LSTM
 state updates (``fused_cells.cpp``, used by ``treelstm.py``), dropout noise
 (``dropout_noise.cpp``, used by ``dropout_noise.py``) and gradient rows added into a buffer
-(``scatter_rows.cpp``, used by ``scatter.py``), one library.
+(``scatter_rows.cpp``, used by ``scatter.py``), one library; ``fast_math.h`` holds the exp,
+sigmoid and tanh it shares with the kernels generated for a user's pointwise ops
+(``pointwise_code.py``, one small library per region, built through ``build_and_open``).
 
 The sources are compiled for the machine it runs on (``-march=native``, OpenMP), with no torch
 headers and no Python binding, in about a second, and the library is kept in a cache folder:
@@ -57,6 +59,7 @@ SOURCES = tuple(
     Path(__file__).with_name(n)
     for n in ("fused_cells.cpp", "dropout_noise.cpp", "scatter_rows.cpp")
 )
+HEADER = Path(__file__).with_name("fast_math.h")  # included by fused_cells.cpp
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno",
          "-fno-trapping-math")  # fmt: skip
 ABI = 6  # fused_cells.cpp's foldexp_kernels_abi(); raise both when a signature changes
@@ -194,11 +197,11 @@ def build_and_open(
 
 
 def _kernels_path(compiler: str) -> Path:
-    return _library_path(compiler, "foldexp_kernels", SOURCES, FLAGS, "")
+    return _library_path(compiler, "foldexp_kernels", SOURCES, FLAGS, HEADER.read_text())
 
 
 def _load() -> ctypes.CDLL:
-    return build_and_open("foldexp_kernels", SOURCES, FLAGS, _open)
+    return build_and_open("foldexp_kernels", SOURCES, FLAGS, _open, HEADER.read_text())
 
 
 def load_kernels() -> ctypes.CDLL | None:
@@ -249,9 +252,9 @@ _switch: bool | None = None
 
 
 def set_fused_cells_enabled(flag: bool | None) -> None:
-    """The switch for every kernel of this library (``device.fused_cells``, named after the
-    first): ``None``: used where the library builds; ``True``: required (raises if it cannot be
-    built); ``False``: torch ops everywhere."""
+    """The switch for every kernel of this library and the generated ones (``device.fused_cells``,
+    named after the first): ``None``: used where the library builds; ``True``: required (raises
+    if it cannot be built); ``False``: torch ops everywhere."""
     global _switch
     if flag and load_kernels() is None:
         raise RuntimeError(

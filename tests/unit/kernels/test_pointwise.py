@@ -1,0 +1,256 @@
+"""A user's pointwise ops as generated kernels (``kernels/pointwise_graph.py``,
+``kernels/pointwise_code.py``): values and gradients against the body as written, second
+derivatives, what stays torch's (Python branching on values, broadcasting, float64), the checks
+leaving generators and buffers as they were, graphs whose runs must not be merged into a cycle,
+and the engine's use of it, batched == eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import foldexp.blocks as fb
+from foldexp import Compiler
+from foldexp.executor import run as executor
+from foldexp.kernels import native
+from foldexp.kernels.pointwise_code import Const, Instr, Leaf, Region, RegionCall, run_in_torch
+from foldexp.kernels.pointwise_graph import PointwiseFusion
+from foldexp.models.tree_lstm import binary_tree
+from foldexp.testing import check_block
+
+pytestmark = pytest.mark.skipif(
+    native.load_kernels() is None, reason="no C++ compiler: no kernel can be built"
+)
+TOL = dict(rtol=1e-4, atol=1e-5)  # sums of hundreds of rows, each ~1 ulp off
+
+
+class PlainCell(nn.Module):
+    """A binary Tree-LSTM cell as a user writes it."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.gates = nn.Linear(2 * hidden, 5 * hidden)
+
+    def forward(self, left: tuple, right: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        (hl, cl), (hr, cr) = left, right
+        i, fl, fr, o, u = self.gates(torch.cat([hl, hr], dim=1)).chunk(5, dim=1)
+        c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+
+class PlainLeaf(nn.Module):
+    def __init__(self, embed: int, hidden: int) -> None:
+        super().__init__()
+        self.gates = nn.Linear(embed, 3 * hidden)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        i, o, u = self.gates(x).chunk(3, dim=1)
+        c = torch.sigmoid(i) * torch.tanh(u)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def _cell_fn(cell: nn.Module):
+    return lambda hl, cl, hr, cr: list(cell((hl, cl), (hr, cr)))
+
+
+def _inputs(n: int, hidden: int, k: int, seed: int = 0, scale: float = 2.0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [(scale * torch.randn(n, hidden, generator=g)).requires_grad_() for _ in range(k)]
+
+
+def _regions(body) -> list[RegionCall]:
+    return [n.target for n in body.graph.nodes if isinstance(n.target, RegionCall)]
+
+
+def _agree(fusion: PointwiseFusion, fn, args, params, **tol) -> None:
+    """fused == as written: values, and gradients of the inputs and ``params``."""
+    tol = tol or TOL
+    got, want = fusion(fn, args), fn(*args)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **tol)
+    g = torch.Generator().manual_seed(1)
+    grads = [torch.randn(o.shape, generator=g) for o in want]
+    wrt = [*args, *params]
+    for a, b in zip(torch.autograd.grad(got, wrt, grads), torch.autograd.grad(want, wrt, grads)):
+        torch.testing.assert_close(a, b, **tol)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 300])
+def test_a_users_tree_lstm_cell_becomes_one_kernel(n: int) -> None:
+    torch.manual_seed(0)
+    cell = PlainCell(16)
+    fusion = PointwiseFusion([cell])
+    args = _inputs(max(n, 1), 16, 4)
+    fusion(_cell_fn(cell), args)  # the first call traces, checks and builds
+    (body,) = fusion._bodies.values()
+    (region,) = _regions(body)
+    assert len(region.region.instrs) == 12  # the whole update, chunk read in place
+    assert not any(n.target == "chunk" for n in body.graph.nodes)
+    _agree(fusion, _cell_fn(cell), _inputs(n, 16, 4, seed=2), list(cell.parameters()))
+
+
+def test_every_op_and_constants_on_either_side() -> None:
+    def body(x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        a = torch.relu(x) * 0.5 - y.neg() + 2
+        b = 1.0 - torch.sigmoid(a) / (torch.exp(-y.abs()) + 1)  # abs stays torch's
+        c = torch.tanh(b) * a + 3 / (2 + torch.sigmoid(x)) - torch.mul(x, y).sub(1).div(4)
+        return [c, torch.add(b, -a)]
+
+    fusion = PointwiseFusion([])
+    args = _inputs(33, 40, 2, scale=3.0)
+    fusion(body, args)
+    (compiled,) = fusion._bodies.values()
+    ops = {ins.op for call in _regions(compiled) for ins in call.region.instrs}
+    assert ops == {"relu", "mul", "sub", "neg", "add", "sigmoid", "div", "exp", "tanh"}
+    _agree(fusion, body, _inputs(33, 40, 2, seed=5, scale=3.0), [])
+
+
+def test_a_region_reads_some_columns_of_a_source_and_zeroes_the_rest() -> None:
+    h = 8
+    region = Region(
+        width=h,
+        source_widths=(4 * h, h),
+        leaves=(Leaf(0, 0), Leaf(0, 2 * h), Leaf(1, 0)),
+        instrs=(
+            Instr("sigmoid", (0,)),
+            Instr("sub", (Const(1.0), 3)),
+            Instr("div", (Const(2.0), 2)),
+            Instr("mul", (4, 1)),
+            Instr("add", (6, 5)),
+        ),
+        outputs=(7, 4),
+    )
+    call = RegionCall(region)
+    assert call.kernel is not None
+    g = torch.Generator().manual_seed(3)
+    z = torch.randn(5, 4 * h, generator=g).requires_grad_()
+    x = (torch.rand(5, h, generator=g) + 0.5).requires_grad_()
+    got, want = call(z, x), run_in_torch(region, [z, x])
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **TOL)
+    grads = [torch.randn(5, h, generator=g) for _ in range(2)]
+    gz, gx = torch.autograd.grad(got, [z, x], grads)
+    wz, wx = torch.autograd.grad(want, [z, x], grads)
+    torch.testing.assert_close(gz, wz, **TOL)
+    torch.testing.assert_close(gx, wx, **TOL)
+    assert torch.count_nonzero(gz[:, h : 2 * h]) == 0 and torch.count_nonzero(gz[:, 3 * h :]) == 0
+
+
+def test_second_derivatives_follow_torch() -> None:
+    torch.manual_seed(0)
+    cell = PlainCell(6)
+    fusion, fn = PointwiseFusion([cell]), _cell_fn(cell)
+    fusion(fn, _inputs(4, 6, 4))
+
+    def grad_norm(run) -> torch.Tensor:
+        args = _inputs(4, 6, 4, seed=7)
+        h, c = run(*args)
+        (g,) = torch.autograd.grad((h * c).sum(), [args[0]], create_graph=True)
+        return torch.autograd.grad(g.square().sum(), [cell.gates.weight])[0]
+
+    torch.testing.assert_close(grad_norm(lambda *a: fusion(fn, a)), grad_norm(fn), **TOL)
+
+
+class Branchy(nn.Module):
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        y = torch.sigmoid(x) * torch.tanh(x) + x
+        return [y * 2 if bool(y.sum() > 0) else -y]
+
+
+def test_python_branching_on_values_runs_as_written() -> None:
+    m = Branchy()
+    fusion = PointwiseFusion([m])
+    x = torch.randn(5, 3)
+    assert torch.equal(fusion(m, [x])[0], m(x)[0])
+    assert list(fusion._bodies.values()) == [None]
+    assert torch.equal(fusion(m, [-x.abs() - 1])[0], m(-x.abs() - 1)[0])
+
+
+def test_broadcasts_and_float64_stay_torch_ops() -> None:
+    bias = torch.randn(7)
+
+    def body(x: torch.Tensor) -> list[torch.Tensor]:
+        return [torch.tanh(torch.sigmoid(x + bias) * x) - x]  # x + bias broadcasts
+
+    fusion = PointwiseFusion([])
+    fusion(body, [torch.randn(3, 7)])
+    (compiled,) = fusion._bodies.values()
+    (call,) = _regions(compiled)
+    assert [i.op for i in call.region.instrs] == ["sigmoid", "mul", "tanh", "sub"]
+    _agree(fusion, body, [torch.randn(3, 7, requires_grad=True)], [])
+    doubles = PointwiseFusion([])
+    x = torch.randn(3, 7, dtype=torch.float64)
+    assert torch.equal(doubles(body, [x])[0], body(x)[0])
+    assert list(doubles._bodies.values()) == [None]
+
+
+class Noisy(nn.Module):
+    """Dropout, running statistics and pointwise ops: the checks must leave no trace."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm, self.drop = nn.BatchNorm1d(6), nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        y = self.drop(self.norm(x))
+        return [torch.sigmoid(y) * torch.tanh(y) + torch.rand_like(y) * y]
+
+
+def test_the_checks_leave_generators_and_buffers_as_they_were() -> None:
+    x = torch.randn(9, 6)
+    torch.manual_seed(5)
+    fused_model = Noisy()
+    fusion = PointwiseFusion([fused_model])
+    got = fusion(fused_model, [x])[0]
+    after_fused = torch.rand(3)
+    torch.manual_seed(5)
+    plain_model = Noisy()
+    want = plain_model(x)[0]
+    after_plain = torch.rand(3)
+    torch.testing.assert_close(got, want, **TOL)
+    assert torch.equal(after_fused, after_plain)
+    assert torch.equal(fused_model.norm.running_mean, plain_model.norm.running_mean)
+    assert int(fused_model.norm.num_batches_tracked) == 1
+    assert list(fusion._bodies.values())[0] is not None  # it was fused, dropout and all
+
+
+def test_runs_joined_only_where_no_cycle_follows() -> None:
+    lin = nn.Linear(5, 5)
+
+    def body(x: torch.Tensor) -> list[torch.Tensor]:
+        a = torch.sigmoid(x) * x + 1
+        b = lin(a)  # reads the first run: joining it to the second would make a cycle
+        c = torch.tanh(a) * b
+        return [torch.sigmoid(c) * c + a * 0.5]
+
+    fusion = PointwiseFusion([lin])
+    fusion(body, [torch.randn(4, 5)])
+    (compiled,) = fusion._bodies.values()
+    assert len(_regions(compiled)) == 2
+    _agree(fusion, body, [torch.randn(4, 5, requires_grad=True)], list(lin.parameters()))
+
+
+def _users_tree() -> tuple[fb.Block, nn.Module]:
+    embed, leaf, cell = nn.Embedding(20, 8), PlainLeaf(8, 8), PlainCell(8)
+    word = fb.GetItem(0) >> fb.Scalar("int64") >> fb.Function(embed) >> fb.Function(leaf)
+    return binary_tree(word, cell) >> fb.GetItem(0), cell
+
+
+def test_the_engine_fuses_a_users_cells_batched_equal_to_eager() -> None:
+    torch.manual_seed(0)
+    tree, _ = _users_tree()
+    trees = [((1,), ((2,), (3,))), (((4,), (5,)), ((6,), (7,))), (9,), ((1,), (1,))]
+    check_block(tree, trees)
+    fused = [op for op, f in executor._fusions.items() if any(f._bodies.values())]
+    assert {type(op.fn) for op in fused} >= {PlainLeaf, PlainCell}
+
+
+def test_switched_off_the_bodies_run_as_written() -> None:
+    native.set_fused_cells_enabled(False)
+    try:
+        tree, cell = _users_tree()
+        Compiler(tree)([((1,), (2,))])[0].sum().backward()
+        assert not any(op.fn is cell for op in executor._fusions)
+    finally:
+        native.set_fused_cells_enabled(None)
