@@ -29,7 +29,8 @@ from torch import nn
 
 import foldexp.blocks as fb
 from foldexp.bench.trees import Levels
-from foldexp.kernels import Linear
+from foldexp.kernels import Linear, fused_cells_enabled
+from foldexp.kernels.pointwise_graph import PointwiseFusion
 from foldexp.models.tree_lstm import binary_tree
 
 __all__ = [
@@ -67,6 +68,15 @@ class PaperTreeModel(nn.Module):
         super().__init__()
         self.embedding = fb.Embedding(vocab_size, state_size)
         self.cell = PaperTreeCell(state_size)
+        self._fusion = PointwiseFusion([self.cell])
+
+    def _cell(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+        """The cell as the engine runs it, its pointwise update one generated kernel wherever
+        the engine's is (``kernels/pointwise_graph.py``): manual and dynamic batching then
+        differ in the batching only."""
+        if not fused_cells_enabled():
+            return self.cell(left, right)
+        return self._fusion(lambda a, b: [self.cell(a, b)], [left, right])[0]
 
     def block(self) -> fb.Block:
         """The engine's model: ``OneOf`` on arity over a recursive ``ForwardDeclaration``, a
@@ -78,7 +88,7 @@ class PaperTreeModel(nn.Module):
         """Roots' states; ``words`` is ``(leaf_count, batch)``, leaves left to right."""
         batch = words.shape[1]
         states = list(self.embedding(words.reshape(-1)).split(batch))
-        cell = self.cell
+        cell = self._cell
         for level in levels.internal:
             left = torch.cat([states[a] for a, _ in level])
             right = torch.cat([states[b] for _, b in level])
@@ -87,7 +97,7 @@ class PaperTreeModel(nn.Module):
 
     def manual_node(self, levels: Levels, words: torch.Tensor) -> torch.Tensor:
         """The same with one call per node (each batched over the trees), as the paper did."""
-        embed, cell = self.embedding, self.cell
+        embed, cell = self.embedding, self._cell
         states = [embed(words[i]) for i in range(levels.leaf_count)]
         for level in levels.internal:
             for a, b in level:
