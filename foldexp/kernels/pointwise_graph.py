@@ -11,9 +11,14 @@ column block, not a copy).
 The rewritten body is used only when it is safe to: the trace must succeed (data-dependent
 Python, such as ``if x.sum() > 0``, stops it), the traced graph must give exactly the body's
 outputs on the first batch, and the rewritten one the same to float rounding; these checks run
-without gradients, with the random generators and the modules' buffers put back as they were, so
-the run itself is unchanged. Otherwise, and where no run of at least ``MIN_OPS`` pointwise ops
-is found, the body runs as written. The checks cost one extra forward of one group per op and
+without gradients, on copies of the inputs, with the random generators, the modules' buffers and
+their Python attributes put back as they were, so the run itself is unchanged. A graph with an
+in-place op is not rewritten: a kernel reads its inputs where the region ends, and a value
+changed in between would be read changed; nor is a body that changes its modules' attributes
+(a counter), which the traced graph would no longer do. A module whose parameters, submodules
+or plain attributes (which a trace bakes in) change after the trace runs as written from then
+on. Otherwise, and where no run of at least ``MIN_OPS`` pointwise ops is found, the body runs
+as written. The checks cost one extra forward of one group per op and
 mode, and a kernel's first build about a second (cached on disk after).
 """
 
@@ -265,17 +270,57 @@ def _rewrite(gm: fx.GraphModule, plans: list[_Plan]) -> None:
     gm.recompile()
 
 
+def _in_place(gm: fx.GraphModule) -> bool:
+    """Whether the graph may change a tensor in place (``x.mul_(2)``, ``out=``, ``inplace=True``,
+    a layer built with ``inplace=True``)."""
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            if getattr(gm.get_submodule(node.target), "inplace", False):
+                return True
+            continue
+        if node.op not in ("call_function", "call_method"):
+            continue
+        name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+        trailing = name.endswith("_") and not name.endswith("__")  # mul_, not __mul__
+        if trailing or "out" in node.kwargs:
+            return True
+        if node.kwargs.get("inplace", False):
+            return True
+    return False
+
+
+def _state(modules: Sequence[nn.Module]) -> list[Any]:
+    """What a trace depends on besides the inputs: each module's parameters, buffers and
+    submodules (by identity) and its plain attributes (by value; ``training`` is in the mode)."""
+    state: list[Any] = []
+    for top in modules:
+        for m in top.modules():
+            state.append(m)
+            for k, v in vars(m).items():
+                if isinstance(v, dict):  # _parameters, _buffers, _modules, hooks
+                    state.append((k, [(name, id(x)) for name, x in v.items()]))
+                elif k != "training":
+                    plain = isinstance(v, (int, float, str, type(None)))
+                    state.append((k, v if plain else id(v)))
+    return state
+
+
 @contextmanager
 def _untouched(modules: Sequence[nn.Module]) -> Iterator[None]:
-    """Runs the checks as if they had not run: generators and buffers (running statistics) are
-    restored afterwards, gradients are not recorded."""
+    """Runs the checks as if they had not run: generators, buffers (running statistics) and the
+    modules' Python attributes (a counter) are restored afterwards, gradients are not
+    recorded."""
     buffers = [(b, b.detach().clone()) for m in modules for b in m.buffers()]
+    attributes = [(m, dict(vars(m))) for top in modules for m in top.modules()]
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         try:
             yield
         finally:
             for b, saved in buffers:
                 b.copy_(saved)
+            for m, saved_attributes in attributes:
+                vars(m).clear()
+                vars(m).update(saved_attributes)
 
 
 def _equal(a: Sequence[Any], b: Sequence[Any], exact: bool) -> bool:
@@ -303,6 +348,7 @@ class PointwiseFusion:
     def __init__(self, modules: Sequence[nn.Module | None]) -> None:
         self.modules = list({id(m): m for m in modules if isinstance(m, nn.Module)}.values())
         self._bodies: dict[tuple[Any, ...], fx.GraphModule | None] = {}
+        self._traced_state: list[Any] | None = None  # ``_state`` when the bodies were traced
         # Set once a CPU call found nothing to fuse (no trace, no run, a failed check): the
         # caller then runs the body as written without asking again.
         self.unfusable = False
@@ -318,6 +364,10 @@ class PointwiseFusion:
         if key not in self._bodies:
             self._bodies[key] = self._prepare(fn, args)
         body = self._bodies[key]
+        if body is not None and _state(self.modules) != self._traced_state:
+            # A constant or parameter baked into the trace changed: runs as written from now.
+            self._bodies = dict.fromkeys(self._bodies)
+            body = None
         return list(fn(*args) if body is None else body(*args))
 
     def _prepare(self, fn: Callable[..., Sequence[Any]], args: Sequence[Any]) -> Any:
@@ -325,9 +375,11 @@ class PointwiseFusion:
                            for a in args):  # fmt: skip
             return None  # (a dry run on the meta device, a GPU: CPU calls may still fuse)
         try:
-            root = _root(fn, len(args), self.modules)
-            gm = fx.GraphModule(root, _Tracer().trace(root))
-            body = self._checked(gm, fn, args)
+            with _untouched(self.modules):  # the trace runs the user's Python too
+                root = _root(fn, len(args), self.modules)
+                gm = fx.GraphModule(root, _Tracer().trace(root))
+            body = None if _in_place(gm) else self._checked(gm, fn, args)
+            self._traced_state = _state(self.modules) if body is not None else None
         except Exception as err:  # noqa: BLE001  (the body as written is always correct)
             log.debug("pointwise ops not fused: %s: %s", type(err).__name__, err)
             body = None
@@ -337,18 +389,24 @@ class PointwiseFusion:
     def _checked(
         self, gm: fx.GraphModule, fn: Callable[..., Sequence[Any]], args: Sequence[Any]
     ) -> fx.GraphModule | None:
+        # Copies, each run its own: the body as written may change its inputs in place.
+        def copies() -> list[Any]:
+            return [a.detach().clone() for a in args]
+
         with _untouched(self.modules):
-            state = torch.get_rng_state()
-            expected = list(fn(*args))
+            state, before = torch.get_rng_state(), _state(self.modules)
+            expected = list(fn(*copies()))
+            if _state(self.modules) != before:  # Python side effects (a counter): not traced
+                return None
             torch.set_rng_state(state)
-            if not _equal(expected, list(ShapeProp(gm).propagate(*args)), exact=True):
+            if not _equal(expected, list(ShapeProp(gm).propagate(*copies())), exact=True):
                 return None
             plans = [p for p in map(_plan, _group(gm.graph)) if p is not None]
             if not plans:
                 return None
             _rewrite(gm, plans)
             torch.set_rng_state(state)
-            if not _equal(expected, list(gm(*args)), exact=False):
+            if not _equal(expected, list(gm(*copies())), exact=False):
                 log.info("pointwise ops not fused: the kernels' results differ from the body's")
                 return None
         return gm

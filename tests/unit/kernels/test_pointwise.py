@@ -254,3 +254,85 @@ def test_switched_off_the_bodies_run_as_written() -> None:
         assert not any(op.fn is cell for op in executor._fusions)
     finally:
         native.set_fused_cells_enabled(None)
+
+
+def _first_and_later(module: nn.Module, first: torch.Tensor, later: torch.Tensor) -> None:
+    """fused == as written on a first batch and a later one, inputs left as the body leaves
+    them."""
+    fusion = PointwiseFusion([module])
+    for x in (first, later):
+        mine, theirs = x.clone(), x.clone()
+        got, want = fusion(module, [mine]), module(theirs)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, **TOL)
+        assert torch.equal(mine, theirs)
+
+
+class ScalesItsInput(nn.Module):
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        x.mul_(2)
+        return [torch.sigmoid(x) * x + 1]
+
+
+def test_an_in_place_op_on_an_input_runs_once() -> None:
+    _first_and_later(ScalesItsInput(), torch.randn(4, 6), torch.randn(4, 6))
+
+
+class ClampsInPlace(nn.Module):
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        a = x * 1.0 + 10
+        a.relu_()  # changes nothing while x > -10: a first batch cannot tell
+        return [torch.sigmoid(a) * x - a]
+
+
+def test_an_in_place_op_on_an_intermediate_runs_as_written() -> None:
+    _first_and_later(ClampsInPlace(), torch.randn(4, 6), torch.full((4, 6), -20.0))
+
+
+class Scaled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(6))
+        self.gain = 2.0
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return [torch.sigmoid(x * self.weight) * x * self.gain + 1]
+
+
+def _fused_once(m: nn.Module, x: torch.Tensor) -> PointwiseFusion:
+    fusion = PointwiseFusion([m])
+    fusion(m, [x])
+    assert list(fusion._bodies.values())[0] is not None
+    return fusion
+
+
+def test_a_parameter_reassigned_after_the_first_call_is_used() -> None:
+    m, x = Scaled(), torch.randn(4, 6)
+    fusion = _fused_once(m, x)
+    m.weight = nn.Parameter(torch.full((6,), 3.0))
+    torch.testing.assert_close(fusion(m, [x])[0], m(x)[0], **TOL)
+
+
+def test_a_python_attribute_changed_after_the_first_call_is_used() -> None:
+    m, x = Scaled(), torch.randn(4, 6)
+    fusion = _fused_once(m, x)
+    m.gain = 5.0
+    torch.testing.assert_close(fusion(m, [x])[0], m(x)[0], **TOL)
+
+
+class Counted(Scaled):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        self.calls += 1
+        return super().forward(x)
+
+
+def test_a_body_that_counts_its_calls_counts_each_once() -> None:
+    m = Counted()
+    fusion = PointwiseFusion([m])
+    for _ in range(3):
+        fusion(m, [torch.randn(4, 6)])
+    assert m.calls == 3
