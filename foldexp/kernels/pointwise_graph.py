@@ -240,8 +240,11 @@ def _rewrite(gm: fx.GraphModule, plans: list[_Plan]) -> None:
     done: set[int] = set()
 
     def value(node: fx.Node) -> fx.Node:
-        if node not in env:  # a region's output read before the region's last node
-            emit_region(owner[node])
+        if node not in env:  # read before its place: a region's output, or a region's source
+            if node in owner:  # needed by a region emitted early
+                emit_region(owner[node])
+            else:
+                env[node] = new.node_copy(node, value)
         return env[node]
 
     def emit_region(plan: _Plan) -> None:
@@ -255,7 +258,8 @@ def _rewrite(gm: fx.GraphModule, plans: list[_Plan]) -> None:
     for node in gm.graph.nodes:
         plan = owner.get(node)
         if plan is None:
-            env[node] = new.node_copy(node, value)
+            if node not in env:
+                env[node] = new.node_copy(node, value)
         elif node is plan.nodes[-1]:
             emit_region(plan)
     for node in reversed(list(new.nodes)):  # the pieces a kernel now reads in place
@@ -289,20 +293,23 @@ def _in_place(gm: fx.GraphModule) -> bool:
     return False
 
 
-def _state(modules: Sequence[nn.Module]) -> list[Any]:
-    """What a trace depends on besides the inputs: each module's parameters, buffers and
-    submodules (by identity) and its plain attributes (by value; ``training`` is in the mode)."""
-    state: list[Any] = []
-    for top in modules:
-        for m in top.modules():
-            state.append(m)
-            for k, v in vars(m).items():
-                if isinstance(v, dict):  # _parameters, _buffers, _modules, hooks
-                    state.append((k, [(name, id(x)) for name, x in v.items()]))
-                elif k != "training":
-                    plain = isinstance(v, (int, float, str, type(None)))
-                    state.append((k, v if plain else id(v)))
-    return state
+class _Snapshot:
+    """What a trace depends on besides its inputs: each module's plain attributes (a trace bakes
+    their values in), parameters, buffers and submodules, all by identity; ``changed()`` says
+    whether any was reassigned, added or removed since (a few µs: C-level comparisons)."""
+
+    def __init__(self, modules: Sequence[nn.Module]) -> None:
+        self.dicts = []
+        for top in modules:
+            for m in top.modules():
+                for d in (vars(m), m._parameters, m._buffers, m._modules):
+                    self.dicts.append((d, len(d), list(d.values())))
+
+    def changed(self) -> bool:
+        return any(
+            len(d) != n or not all(map(operator.is_, d.values(), values))
+            for d, n, values in self.dicts
+        )
 
 
 @contextmanager
@@ -347,11 +354,15 @@ class PointwiseFusion:
 
     def __init__(self, modules: Sequence[nn.Module | None]) -> None:
         self.modules = list({id(m): m for m in modules if isinstance(m, nn.Module)}.values())
-        self._bodies: dict[tuple[Any, ...], fx.GraphModule | None] = {}
-        self._traced_state: list[Any] | None = None  # ``_state`` when the bodies were traced
+        # Per mode, the rewritten body and what it was traced with, or None: as written.
+        self._bodies: dict[tuple[Any, ...], tuple[fx.GraphModule, _Snapshot] | None] = {}
         # Set once a CPU call found nothing to fuse (no trace, no run, a failed check): the
         # caller then runs the body as written without asking again.
         self.unfusable = False
+
+    def bodies(self) -> list[fx.GraphModule | None]:
+        """The rewritten body of each mode seen so far (``None``: it runs as written)."""
+        return [None if e is None else e[0] for e in self._bodies.values()]
 
     def _mode(self, args: Sequence[Any]) -> tuple[Any, ...]:
         # The modules' own training flags: Python branching on ``self.training`` is fixed in a
@@ -363,14 +374,19 @@ class PointwiseFusion:
         key = self._mode(args)
         if key not in self._bodies:
             self._bodies[key] = self._prepare(fn, args)
-        body = self._bodies[key]
-        if body is not None and _state(self.modules) != self._traced_state:
-            # A constant or parameter baked into the trace changed: runs as written from now.
-            self._bodies = dict.fromkeys(self._bodies)
-            body = None
-        return list(fn(*args) if body is None else body(*args))
+        entry = self._bodies[key]
+        if entry is None:
+            return list(fn(*args))
+        body, snapshot = entry
+        if snapshot.changed():
+            # A constant or parameter baked into the trace changed: as written from now on.
+            self._bodies[key] = None
+            return list(fn(*args))
+        return list(body(*args))
 
-    def _prepare(self, fn: Callable[..., Sequence[Any]], args: Sequence[Any]) -> Any:
+    def _prepare(
+        self, fn: Callable[..., Sequence[Any]], args: Sequence[Any]
+    ) -> tuple[fx.GraphModule, _Snapshot] | None:
         if not args or any(not isinstance(a, torch.Tensor) or a.device.type != "cpu"
                            for a in args):  # fmt: skip
             return None  # (a dry run on the meta device, a GPU: CPU calls may still fuse)
@@ -379,12 +395,11 @@ class PointwiseFusion:
                 root = _root(fn, len(args), self.modules)
                 gm = fx.GraphModule(root, _Tracer().trace(root))
             body = None if _in_place(gm) else self._checked(gm, fn, args)
-            self._traced_state = _state(self.modules) if body is not None else None
         except Exception as err:  # noqa: BLE001  (the body as written is always correct)
             log.debug("pointwise ops not fused: %s: %s", type(err).__name__, err)
             body = None
         self.unfusable = body is None and not self._bodies
-        return body
+        return None if body is None else (body, _Snapshot(self.modules))
 
     def _checked(
         self, gm: fx.GraphModule, fn: Callable[..., Sequence[Any]], args: Sequence[Any]
@@ -394,9 +409,9 @@ class PointwiseFusion:
             return [a.detach().clone() for a in args]
 
         with _untouched(self.modules):
-            state, before = torch.get_rng_state(), _state(self.modules)
+            state, before = torch.get_rng_state(), _Snapshot(self.modules)
             expected = list(fn(*copies()))
-            if _state(self.modules) != before:  # Python side effects (a counter): not traced
+            if before.changed():  # Python side effects (a counter): the trace would drop them
                 return None
             torch.set_rng_state(state)
             if not _equal(expected, list(ShapeProp(gm).propagate(*copies())), exact=True):

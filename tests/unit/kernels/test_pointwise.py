@@ -83,7 +83,7 @@ def test_a_users_tree_lstm_cell_becomes_one_kernel(n: int) -> None:
     fusion = PointwiseFusion([cell])
     args = _inputs(max(n, 1), 16, 4)
     fusion(_cell_fn(cell), args)  # the first call traces, checks and builds
-    (body,) = fusion._bodies.values()
+    (body,) = fusion.bodies()
     (region,) = _regions(body)
     assert len(region.region.instrs) == 12  # the whole update, chunk read in place
     assert not any(n.target == "chunk" for n in body.graph.nodes)
@@ -100,7 +100,7 @@ def test_every_op_and_constants_on_either_side() -> None:
     fusion = PointwiseFusion([])
     args = _inputs(33, 40, 2, scale=3.0)
     fusion(body, args)
-    (compiled,) = fusion._bodies.values()
+    (compiled,) = fusion.bodies()
     ops = {ins.op for call in _regions(compiled) for ins in call.region.instrs}
     assert ops == {"relu", "mul", "sub", "neg", "add", "sigmoid", "div", "exp", "tanh"}
     _agree(fusion, body, _inputs(33, 40, 2, seed=5, scale=3.0), [])
@@ -163,7 +163,7 @@ def test_python_branching_on_values_runs_as_written() -> None:
     fusion = PointwiseFusion([m])
     x = torch.randn(5, 3)
     assert torch.equal(fusion(m, [x])[0], m(x)[0])
-    assert list(fusion._bodies.values()) == [None]
+    assert list(fusion.bodies()) == [None]
     assert torch.equal(fusion(m, [-x.abs() - 1])[0], m(-x.abs() - 1)[0])
 
 
@@ -175,14 +175,14 @@ def test_broadcasts_and_float64_stay_torch_ops() -> None:
 
     fusion = PointwiseFusion([])
     fusion(body, [torch.randn(3, 7)])
-    (compiled,) = fusion._bodies.values()
+    (compiled,) = fusion.bodies()
     (call,) = _regions(compiled)
     assert [i.op for i in call.region.instrs] == ["sigmoid", "mul", "tanh", "sub"]
     _agree(fusion, body, [torch.randn(3, 7, requires_grad=True)], [])
     doubles = PointwiseFusion([])
     x = torch.randn(3, 7, dtype=torch.float64)
     assert torch.equal(doubles(body, [x])[0], body(x)[0])
-    assert list(doubles._bodies.values()) == [None]
+    assert list(doubles.bodies()) == [None]
 
 
 class Noisy(nn.Module):
@@ -212,7 +212,7 @@ def test_the_checks_leave_generators_and_buffers_as_they_were() -> None:
     assert torch.equal(after_fused, after_plain)
     assert torch.equal(fused_model.norm.running_mean, plain_model.norm.running_mean)
     assert int(fused_model.norm.num_batches_tracked) == 1
-    assert list(fusion._bodies.values())[0] is not None  # it was fused, dropout and all
+    assert list(fusion.bodies())[0] is not None  # it was fused, dropout and all
 
 
 def test_runs_joined_only_where_no_cycle_follows() -> None:
@@ -226,7 +226,7 @@ def test_runs_joined_only_where_no_cycle_follows() -> None:
 
     fusion = PointwiseFusion([lin])
     fusion(body, [torch.randn(4, 5)])
-    (compiled,) = fusion._bodies.values()
+    (compiled,) = fusion.bodies()
     assert len(_regions(compiled)) == 2
     _agree(fusion, body, [torch.randn(4, 5, requires_grad=True)], list(lin.parameters()))
 
@@ -242,7 +242,7 @@ def test_the_engine_fuses_a_users_cells_batched_equal_to_eager() -> None:
     tree, _ = _users_tree()
     trees = [((1,), ((2,), (3,))), (((4,), (5,)), ((6,), (7,))), (9,), ((1,), (1,))]
     check_block(tree, trees)
-    fused = [op for op, f in executor._fusions.items() if any(f._bodies.values())]
+    fused = [op for op, f in executor._fusions.items() if any(f.bodies())]
     assert {type(op.fn) for op in fused} >= {PlainLeaf, PlainCell}
 
 
@@ -302,7 +302,7 @@ class Scaled(nn.Module):
 def _fused_once(m: nn.Module, x: torch.Tensor) -> PointwiseFusion:
     fusion = PointwiseFusion([m])
     fusion(m, [x])
-    assert list(fusion._bodies.values())[0] is not None
+    assert list(fusion.bodies())[0] is not None
     return fusion
 
 
@@ -336,3 +336,19 @@ def test_a_body_that_counts_its_calls_counts_each_once() -> None:
     for _ in range(3):
         fusion(m, [torch.randn(4, 6)])
     assert m.calls == 3
+
+
+def test_a_region_read_before_its_last_source_is_made_is_still_one_kernel() -> None:
+    first, second = nn.Linear(6, 6), nn.Linear(6, 6)
+
+    def body(x: torch.Tensor) -> list[torch.Tensor]:
+        a = torch.sigmoid(x)
+        p = first(a)  # reads the region before ``second``'s output, its other source, exists
+        y = second(x)
+        return [a * y + 1 - a, p]
+
+    fusion = PointwiseFusion([first, second])
+    fusion(body, [torch.randn(3, 6)])
+    (compiled,) = fusion.bodies()
+    assert compiled is not None and len(_regions(compiled)) == 1
+    _agree(fusion, body, [torch.randn(3, 6, requires_grad=True)], [first.weight, second.weight])
