@@ -22,6 +22,10 @@ whole depth loop inside one ``torch.autograd.Function``:
 Dense layers. On CPUs where ``foldexp.kernels`` takes its oneDNN route, every op runs under
 ``routed_linears()``, so a user's plain ``nn.Linear`` takes that route as foldexp's own does.
 
+Pointwise runs. Every op body is called through ``_call``: where foldexp's C++ kernels are on,
+each run of pointwise torch ops in it (a user's gate arithmetic) runs as one generated kernel
+(``kernels/pointwise_graph.py``), so a user's cell gets what foldexp's fused cells have.
+
 This avoids the trap of gathering each depth from a growing concatenation of all earlier outputs,
 where autograd materialises a full-size gradient per depth (O(nodes × depth) memory traffic).
 """

@@ -312,6 +312,16 @@ class _Snapshot:
         )
 
 
+def _restore(now: dict[str, Any], saved: dict[str, Any]) -> None:
+    """Puts a module's attributes back entry by entry: never emptied on the way, so that another
+    thread running the module meanwhile still finds every attribute."""
+    for key in [k for k in now if k not in saved]:
+        del now[key]
+    for key, value in saved.items():
+        if now.get(key, _restore) is not value:
+            now[key] = value
+
+
 @contextmanager
 def _untouched(modules: Sequence[nn.Module]) -> Iterator[None]:
     """Runs the checks as if they had not run: generators, buffers (running statistics) and the
@@ -326,8 +336,7 @@ def _untouched(modules: Sequence[nn.Module]) -> Iterator[None]:
             for b, saved in buffers:
                 b.copy_(saved)
             for m, saved_attributes in attributes:
-                vars(m).clear()
-                vars(m).update(saved_attributes)
+                _restore(vars(m), saved_attributes)
 
 
 def _equal(a: Sequence[Any], b: Sequence[Any], exact: bool) -> bool:
