@@ -94,7 +94,8 @@ def _value_code(op: str, a: str, b: str = "") -> str:
         "sigmoid": f"sigmoid_f({a})",
         "tanh": f"tanh_f({a})",
         "relu": f"({a} < 0.0f ? 0.0f : {a})",  # NaN stays NaN, as torch.relu
-        "exp": f"({a} > 88.7228f ? INFINITY : exp_f({a}))",  # exp_f saturates; torch overflows
+        # exp_f saturates at ±88.38; torch's overflows to inf and underflows to (nearly) 0
+        "exp": f"({a} > 88.7228f ? INFINITY : {a} < -88.3763f ? 0.0f : exp_f({a}))",
     }[op]
 
 

@@ -352,3 +352,16 @@ def test_a_region_read_before_its_last_source_is_made_is_still_one_kernel() -> N
     (compiled,) = fusion.bodies()
     assert compiled is not None and len(_regions(compiled)) == 1
     _agree(fusion, body, [torch.randn(3, 6, requires_grad=True)], [first.weight, second.weight])
+
+
+def test_exp_overflows_and_underflows_as_torch_does() -> None:
+    def body(x: torch.Tensor) -> list[torch.Tensor]:
+        return [1.0 / torch.exp(x) + torch.exp(x) * 0.5 - x]
+
+    fusion = PointwiseFusion([])
+    fusion(body, [torch.randn(2, 8)])
+    assert fusion.bodies()[0] is not None
+    x = torch.tensor([[-200.0, -100.0, -90.0, -1.0, 0.0, 1.0, 89.0, 200.0]] * 2)
+    (got,), (want,) = fusion(body, [x]), body(x)
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    torch.testing.assert_close(got[:, 2:7], want[:, 2:7], rtol=1e-5, atol=0)
