@@ -59,10 +59,40 @@ _SPLITS = {torch.chunk, torch.split}
 _LIBRARY_LAYERS = ("foldexp.kernels.", "foldexp.blocks.", "foldexp.models.")
 
 
+# ``x += y`` changes ``x`` in place, but a plain ``fx.Proxy`` has no ``__iadd__``: Python falls
+# back to ``x = x + y`` and the trace would not show the change that views of ``x`` (a column
+# block, the input itself) see. Our proxies record it as ``operator.iadd`` instead.
+_AUGMENTED = {
+    "iadd": operator.iadd, "isub": operator.isub, "imul": operator.imul,
+    "itruediv": operator.itruediv, "ifloordiv": operator.ifloordiv, "imod": operator.imod,
+    "ipow": operator.ipow, "imatmul": operator.imatmul, "iand": operator.iand,
+    "ior": operator.ior, "ixor": operator.ixor, "ilshift": operator.ilshift,
+    "irshift": operator.irshift,
+}  # fmt: skip
+
+
+class _Proxy(fx.Proxy):
+    pass
+
+
+def _augmented_method(fn: Callable[[Any, Any], Any]) -> Callable[[fx.Proxy, Any], fx.Proxy]:
+    def method(self: fx.Proxy, other: Any) -> fx.Proxy:
+        return self.tracer.create_proxy("call_function", fn, (self, other), {})
+
+    return method
+
+
+for _name, _fn in _AUGMENTED.items():
+    setattr(_Proxy, f"__{_name}__", _augmented_method(_fn))
+
+
 class _Tracer(fx.Tracer):
     def is_leaf_module(self, m: nn.Module, qualified_name: str) -> bool:
         own = type(m).__module__.startswith(_LIBRARY_LAYERS)
         return own or super().is_leaf_module(m, qualified_name)
+
+    def proxy(self, node: fx.Node) -> fx.Proxy:
+        return _Proxy(node, self)
 
 
 def _root(fn: Callable[..., Any], n_inputs: int, modules: Sequence[nn.Module]) -> nn.Module:
@@ -275,8 +305,8 @@ def _rewrite(gm: fx.GraphModule, plans: list[_Plan]) -> None:
 
 
 def _in_place(gm: fx.GraphModule) -> bool:
-    """Whether the graph may change a tensor in place (``x.mul_(2)``, ``out=``, ``inplace=True``,
-    a layer built with ``inplace=True``)."""
+    """Whether the graph may change a tensor in place (``x.mul_(2)``, ``x += y``, ``out=``,
+    ``inplace=True``, a layer built with ``inplace=True``)."""
     for node in gm.graph.nodes:
         if node.op == "call_module":
             if getattr(gm.get_submodule(node.target), "inplace", False):
@@ -284,6 +314,8 @@ def _in_place(gm: fx.GraphModule) -> bool:
             continue
         if node.op not in ("call_function", "call_method"):
             continue
+        if node.op == "call_function" and node.target in _AUGMENTED.values():
+            return True
         name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
         trailing = name.endswith("_") and not name.endswith("__")  # mul_, not __mul__
         if trailing or "out" in node.kwargs:
