@@ -140,7 +140,7 @@ def _pointwise(node: fx.Node) -> tuple[str, tuple[Any, ...]] | None:
 
 def _column_piece(node: fx.Node) -> tuple[fx.Node, int, int] | None:
     """``(source, offset, source width)`` if ``node`` is a piece of a ``chunk``/``split`` of a
-    2-D tensor along its columns."""
+    2-D tensor along its columns (read in place, its gradient written there)."""
     if node.op != "call_function" or node.target is not operator.getitem:
         return None
     split, k = node.args
@@ -159,6 +159,28 @@ def _column_piece(node: fx.Node) -> tuple[fx.Node, int, int] | None:
         return None
     k %= len(pieces)
     return split.args[0], sum(int(p.shape[1]) for p in pieces[:k]), int(base.shape[1])
+
+
+def _column_slice(node: fx.Node) -> tuple[fx.Node, int, int] | None:
+    """``(source, offset, source width)`` if ``node`` is ``x[:, a:b]`` of a 2-D tensor, with
+    numbers for bounds."""
+    if node.op != "call_function" or node.target is not operator.getitem:
+        return None
+    base, index = node.args
+    if not isinstance(base, fx.Node) or not isinstance(index, tuple) or len(index) != 2:
+        return None
+    rows, cols = index
+    if rows != slice(None) or not isinstance(cols, slice) or cols.step not in (None, 1):
+        return None
+    if not all(b is None or isinstance(b, int) for b in (cols.start, cols.stop)):
+        return None
+    whole, piece = _meta(base), _meta(node)
+    if not isinstance(whole, TensorMetadata) or len(whole.shape) != 2:
+        return None
+    start, stop, _ = cols.indices(int(whole.shape[1]))
+    if not isinstance(piece, TensorMetadata) or stop - start != piece.shape[1]:
+        return None
+    return base, start, int(whole.shape[1])
 
 
 @dataclass(eq=False)
@@ -237,7 +259,8 @@ def _plan(nodes: list[fx.Node]) -> _Plan | None:
     for node in nodes:
         for a in node.args:
             if isinstance(a, fx.Node) and a not in inside and a not in leaf_of:
-                source, offset, source_width = _column_piece(a) or (a, 0, width)
+                piece = _column_piece(a) or _column_slice(a)
+                source, offset, source_width = piece or (a, 0, width)
                 if source not in sources:
                     sources.append(source)
                     widths.append(source_width)
@@ -301,6 +324,35 @@ def _rewrite(gm: fx.GraphModule, plans: list[_Plan]) -> None:
         if unused_piece and node.op in ("call_function", "call_method") and not node.users:
             new.erase_node(node)
     gm.graph = new
+    gm.recompile()
+
+
+_PLAIN_OF = {operator.iadd: operator.add, operator.isub: operator.sub,
+             operator.imul: operator.mul, operator.itruediv: operator.truediv}  # fmt: skip
+_FRESH_LAYERS = (nn.Linear, nn.Bilinear)
+_FRESH_FUNCTIONS = {torch.mm, torch.matmul, torch.addmm, torch.bmm, operator.matmul, F.linear}
+
+
+def _fresh(gm: fx.GraphModule, node: fx.Node) -> bool:
+    """Whether ``node``'s value is a new tensor, shared with no other value: a dense layer's or a
+    product's output, or a pointwise op's."""
+    if node.op == "call_module":
+        return isinstance(gm.get_submodule(str(node.target)), _FRESH_LAYERS)
+    if node.op == "call_function":
+        return node.target in _FRESH_FUNCTIONS or (
+            node.target in _FUNCTIONS and not node.kwargs.get("inplace", False)
+        )
+    return node.op == "call_method" and node.target in (*_METHODS, "mm", "matmul")
+
+
+def _plain_augmented(gm: fx.GraphModule) -> None:
+    """``y = lin(x); y += z`` (SPINN's and many Tree-LSTMs' sum of projections) changes a fresh
+    tensor that nothing else reads: exactly ``y = y + z``, which a region can take."""
+    for node in gm.graph.nodes:
+        target = node.args[0] if node.op == "call_function" and node.args else None
+        if node.target in _PLAIN_OF and isinstance(target, fx.Node) and len(target.users) == 1:
+            if _fresh(gm, target):
+                node.target = _PLAIN_OF[node.target]
     gm.recompile()
 
 
@@ -435,6 +487,7 @@ class PointwiseFusion:
             with _untouched(self.modules):  # the trace runs the user's Python too
                 root = _root(fn, len(args), self.modules)
                 gm = fx.GraphModule(root, _Tracer().trace(root))
+            _plain_augmented(gm)
             body = None if _in_place(gm) else self._checked(gm, fn, args)
         except Exception as err:  # noqa: BLE001  (the body as written is always correct)
             log.debug("pointwise ops not fused: %s: %s", type(err).__name__, err)

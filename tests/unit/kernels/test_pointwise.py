@@ -6,6 +6,8 @@ and the engine's use of it, batched == eager."""
 
 from __future__ import annotations
 
+import operator
+
 import pytest
 import torch
 from torch import nn
@@ -365,3 +367,32 @@ def test_exp_overflows_and_underflows_as_torch_does() -> None:
     (got,), (want,) = fusion(body, [x]), body(x)
     assert torch.equal(torch.isinf(got), torch.isinf(want))
     torch.testing.assert_close(got[:, 2:7], want[:, 2:7], rtol=1e-5, atol=0)
+
+
+class SlicedGates(nn.Module):
+    """Gates cut with literal column slices, the projections summed with ``+=``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 12), nn.Linear(6, 12, bias=False)
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        z = self.a(x)
+        z += self.b(x)
+        i, u, o = z[:, :4], z[:, 4:8], z[:, 8:]
+        c = torch.sigmoid(i) * torch.tanh(u)
+        return [torch.sigmoid(o) * torch.tanh(c), c]
+
+
+def test_column_slices_are_read_in_place_and_a_fresh_sum_in_place_is_a_sum() -> None:
+    torch.manual_seed(0)
+    m = SlicedGates()
+    fusion = PointwiseFusion([m])
+    fusion(m, [torch.randn(5, 6)])
+    (compiled,) = fusion.bodies()
+    (call,) = _regions(compiled)
+    assert call.region.source_widths == (12,) and len(call.region.instrs) == 6
+    targets = [(n.target, n.args[1:]) for n in compiled.graph.nodes if n.op == "call_function"]
+    assert not any(t is operator.getitem and isinstance(a[0], tuple) for t, a in targets)
+    assert any(t is operator.add for t, _ in targets)  # the += of a fresh projection
+    _agree(fusion, m, [torch.randn(5, 6, requires_grad=True)], list(m.parameters()))
