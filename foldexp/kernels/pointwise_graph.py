@@ -4,9 +4,9 @@
 in a mode (training or not, device) it traces the body with ``torch.fx`` — torch's layers and
 foldexp's own stay calls (leaves), the user's Python is followed — records every value's shape
 by running the traced graph once, and gathers each connected run of pointwise ops on equally
-shaped ``(n, H)`` float32 values into a ``Region`` (``pointwise_code.py``): the run becomes one
-call of a generated kernel, its inputs read where they lie (a ``chunk`` of a layer's output is a
-column block, not a copy).
+shaped ``(n, H)`` float32 values into a region (``pointwise_regions.py``): the run becomes one
+call of a kernel generated for it (``pointwise_code.py``), its inputs read where they lie (a
+``chunk`` of a layer's output is a column block, not a copy).
 
 The rewritten body is used only when it is safe to: the trace must succeed (data-dependent
 Python, such as ``if x.sum() > 0``, stops it), the traced graph must give exactly the body's
@@ -18,42 +18,35 @@ changed in between would be read changed; nor is a body that changes its modules
 (a counter), which the traced graph would no longer do. A module whose parameters, submodules
 or plain attributes (which a trace bakes in) change after the trace runs as written from then
 on. Otherwise, and where no run of at least ``MIN_OPS`` pointwise ops is found, the body runs
-as written. The checks cost one extra forward of one group per op and
-mode, and a kernel's first build about a second (cached on disk after).
+as written. The checks cost one extra forward of one group per op and mode, and a kernel's
+first build about a second (cached on disk after).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
-from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
+from torch.fx.passes.shape_prop import ShapeProp
 
-from foldexp.kernels.pointwise_code import Const, Instr, Leaf, Region, RegionCall
+from foldexp.kernels.pointwise_regions import (
+    FUNCTIONS,
+    METHODS,
+    MIN_OPS,
+    find_groups,
+    plan_region,
+    rewrite,
+)
 
 __all__ = ["PointwiseFusion", "MIN_OPS"]
 
 log = logging.getLogger(__name__)
-
-MIN_OPS = 3  # a shorter run saves too few passes over memory to pay for a call of its own
-_FUNCTIONS = {
-    torch.sigmoid: "sigmoid", F.sigmoid: "sigmoid", torch.tanh: "tanh", F.tanh: "tanh",
-    torch.relu: "relu", F.relu: "relu", torch.exp: "exp", torch.neg: "neg", operator.neg: "neg",
-    torch.add: "add", operator.add: "add", torch.sub: "sub", operator.sub: "sub",
-    torch.mul: "mul", operator.mul: "mul", torch.div: "div", operator.truediv: "div",
-}  # fmt: skip
-_METHODS = {"sigmoid", "tanh", "relu", "exp", "neg", "add", "sub", "mul", "div"}
-_ARITY = {"sigmoid": 1, "tanh": 1, "relu": 1, "exp": 1, "neg": 1}
-_SPLITS = {torch.chunk, torch.split}
-
 
 # foldexp's own layers and cells call its kernels, which a symbolic trace cannot follow.
 _LIBRARY_LAYERS = ("foldexp.kernels.", "foldexp.blocks.", "foldexp.models.")
@@ -107,230 +100,10 @@ def _root(fn: Callable[..., Any], n_inputs: int, modules: Sequence[nn.Module]) -
     return root
 
 
-def _meta(node: Any) -> Any:
-    return node.meta.get("tensor_meta") if isinstance(node, fx.Node) else None
-
-
-def _pointwise(node: fx.Node) -> tuple[str, tuple[Any, ...]] | None:
-    """``(op, args)`` if ``node`` is a pointwise op on float32 ``(n, H)`` tensors of one shape."""
-    if node.op == "call_function" and node.target in _FUNCTIONS:
-        name = _FUNCTIONS[node.target]  # type: ignore[index]
-        if node.kwargs and not (node.target is F.relu and node.kwargs == {"inplace": False}):
-            return None
-    elif node.op == "call_method" and node.target in _METHODS and not node.kwargs:
-        name = str(node.target)
-    else:
-        return None
-    meta = _meta(node)
-    if not isinstance(meta, TensorMetadata) or meta.dtype != torch.float32 or len(meta.shape) != 2:
-        return None
-    if len(node.args) != _ARITY.get(name, 2):
-        return None
-    for a in node.args:
-        if isinstance(a, fx.Node):
-            m = _meta(a)
-            if not isinstance(m, TensorMetadata) or m.shape != meta.shape or m.dtype != meta.dtype:
-                return None
-        elif isinstance(a, bool) or not isinstance(a, (int, float)) or not math.isfinite(a):
-            return None
-    if not any(isinstance(a, fx.Node) for a in node.args):
-        return None
-    return name, tuple(node.args)
-
-
-def _column_piece(node: fx.Node) -> tuple[fx.Node, int, int] | None:
-    """``(source, offset, source width)`` if ``node`` is a piece of a ``chunk``/``split`` of a
-    2-D tensor along its columns (read in place, its gradient written there)."""
-    if node.op != "call_function" or node.target is not operator.getitem:
-        return None
-    split, k = node.args
-    if not isinstance(split, fx.Node) or not isinstance(k, int):
-        return None
-    is_split = (split.op == "call_method" and split.target in ("chunk", "split")) or (
-        split.op == "call_function" and split.target in _SPLITS
-    )
-    if not is_split or not split.args or not isinstance(split.args[0], fx.Node):
-        return None
-    dim = split.kwargs.get("dim", split.args[2] if len(split.args) > 2 else 0)
-    base, pieces = _meta(split.args[0]), _meta(split)
-    if not isinstance(base, TensorMetadata) or len(base.shape) != 2 or dim not in (1, -1):
-        return None
-    if not isinstance(pieces, (tuple, list)) or not -len(pieces) <= k < len(pieces):
-        return None
-    k %= len(pieces)
-    return split.args[0], sum(int(p.shape[1]) for p in pieces[:k]), int(base.shape[1])
-
-
-def _column_slice(node: fx.Node) -> tuple[fx.Node, int, int] | None:
-    """``(source, offset, source width)`` if ``node`` is ``x[:, a:b]`` of a 2-D tensor, with
-    numbers for bounds."""
-    if node.op != "call_function" or node.target is not operator.getitem:
-        return None
-    base, index = node.args
-    if not isinstance(base, fx.Node) or not isinstance(index, tuple) or len(index) != 2:
-        return None
-    rows, cols = index
-    if rows != slice(None) or not isinstance(cols, slice) or cols.step not in (None, 1):
-        return None
-    if not all(b is None or isinstance(b, int) for b in (cols.start, cols.stop)):
-        return None
-    whole, piece = _meta(base), _meta(node)
-    if not isinstance(whole, TensorMetadata) or len(whole.shape) != 2:
-        return None
-    start, stop, _ = cols.indices(int(whole.shape[1]))
-    if not isinstance(piece, TensorMetadata) or stop - start != piece.shape[1]:
-        return None
-    return base, start, int(whole.shape[1])
-
-
-@dataclass(eq=False)
-class _Plan:
-    """One region of a graph: its nodes (graph order), the source nodes its kernel reads, the
-    nodes whose values leave it, and its call."""
-
-    nodes: list[fx.Node]
-    sources: list[fx.Node]
-    outputs: list[fx.Node]
-    call: RegionCall
-
-
-def _group(graph: fx.Graph) -> list[list[fx.Node]]:
-    """Pointwise nodes of one shape joined along their edges, each join kept only if collapsing
-    every group into one node leaves the graph acyclic (no path from a group through another
-    node back into it). Graphs of op bodies are small: each join checks the whole graph."""
-    nodes = list(graph.nodes)
-    candidate = {n for n in nodes if _pointwise(n) is not None}
-    parent = {n: n for n in nodes}
-
-    def find(n: fx.Node) -> fx.Node:  # no path compression: a join may be undone
-        while parent[n] is not n:
-            n = parent[n]
-        return n
-
-    for v in nodes:
-        if v not in candidate:
-            continue
-        for u in v.all_input_nodes:
-            if u in candidate and find(u) is not find(v) and _meta(u).shape == _meta(v).shape:
-                ru, rv = find(u), find(v)
-                parent[rv] = ru
-                if not _acyclic(nodes, find):
-                    parent[rv] = rv
-    groups: dict[fx.Node, list[fx.Node]] = {}
-    for n in nodes:
-        if n in candidate:
-            groups.setdefault(find(n), []).append(n)
-    return [g for g in groups.values() if len(g) >= MIN_OPS]
-
-
-def _acyclic(nodes: list[fx.Node], find: Callable[[fx.Node], fx.Node]) -> bool:
-    """Whether the graph with each group collapsed into one node has no cycle (Kahn's sort)."""
-    preds: dict[fx.Node, set[fx.Node]] = {}
-    succs: dict[fx.Node, set[fx.Node]] = {}
-    for n in nodes:
-        g = find(n)
-        preds.setdefault(g, set())
-        for i in n.all_input_nodes:
-            h = find(i)
-            if h is not g:
-                preds[g].add(h)
-                succs.setdefault(h, set()).add(g)
-    count = {g: len(p) for g, p in preds.items()}
-    ready = [g for g, c in count.items() if c == 0]
-    seen = 0
-    while ready:
-        g = ready.pop()
-        seen += 1
-        for s in succs.get(g, ()):
-            count[s] -= 1
-            if count[s] == 0:
-                ready.append(s)
-    return seen == len(count)
-
-
-def _plan(nodes: list[fx.Node]) -> _Plan | None:
-    """The region of a group of nodes, with its kernel built; ``None`` if it cannot be built."""
-    inside = set(nodes)
-    width = int(_meta(nodes[0]).shape[1])
-    sources: list[fx.Node] = []
-    widths: list[int] = []
-    leaves: dict[tuple[fx.Node, int], int] = {}
-    leaf_of: dict[fx.Node, int] = {}
-    for node in nodes:
-        for a in node.args:
-            if isinstance(a, fx.Node) and a not in inside and a not in leaf_of:
-                piece = _column_piece(a) or _column_slice(a)
-                source, offset, source_width = piece or (a, 0, width)
-                if source not in sources:
-                    sources.append(source)
-                    widths.append(source_width)
-                key = (source, offset)
-                leaf_of[a] = leaves.setdefault(key, len(leaves))
-    value = {**leaf_of, **{node: len(leaves) + k for k, node in enumerate(nodes)}}
-    instrs = []
-    for node in nodes:
-        name, args = _pointwise(node)  # type: ignore[misc]
-        instrs.append(Instr(name, tuple(
-            value[a] if isinstance(a, fx.Node) else Const(float(a)) for a in args
-        )))  # fmt: skip
-    outputs = [n for n in nodes if any(u not in inside for u in n.users)]
-    region = Region(
-        width=width,
-        source_widths=tuple(widths),
-        leaves=tuple(Leaf(sources.index(s), off) for (s, off) in leaves),
-        instrs=tuple(instrs),
-        outputs=tuple(value[n] for n in outputs),
-    )
-    call = RegionCall(region)
-    return _Plan(nodes, sources, outputs, call) if call.kernel is not None else None
-
-
-def _rewrite(gm: fx.GraphModule, plans: list[_Plan]) -> None:
-    """Replaces each plan's nodes by one call of its kernel, keeping the other nodes' order."""
-    new = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {}
-    owner = {node: plan for plan in plans for node in plan.nodes}
-    done: set[int] = set()
-
-    def value(node: fx.Node) -> fx.Node:
-        if node not in env:  # read before its place: a region's output, or a region's source
-            if node in owner:  # needed by a region emitted early
-                emit_region(owner[node])
-            else:
-                env[node] = new.node_copy(node, value)
-        return env[node]
-
-    def emit_region(plan: _Plan) -> None:
-        if id(plan) in done:
-            return
-        done.add(id(plan))
-        call = new.call_function(plan.call, tuple(value(s) for s in plan.sources))
-        for k, out in enumerate(plan.outputs):
-            env[out] = new.call_function(operator.getitem, (call, k))
-
-    for node in gm.graph.nodes:
-        plan = owner.get(node)
-        if plan is None:
-            if node not in env:
-                env[node] = new.node_copy(node, value)
-        elif node is plan.nodes[-1]:
-            emit_region(plan)
-    for node in reversed(list(new.nodes)):  # the pieces a kernel now reads in place
-        unused_piece = (
-            node.target is operator.getitem
-            or node.target in _SPLITS
-            or (node.op == "call_method" and node.target in ("chunk", "split"))
-        )
-        if unused_piece and node.op in ("call_function", "call_method") and not node.users:
-            new.erase_node(node)
-    gm.graph = new
-    gm.recompile()
-
-
 _PLAIN_OF = {operator.iadd: operator.add, operator.isub: operator.sub,
              operator.imul: operator.mul, operator.itruediv: operator.truediv}  # fmt: skip
 _FRESH_LAYERS = (nn.Linear, nn.Bilinear)
-_FRESH_FUNCTIONS = {torch.mm, torch.matmul, torch.addmm, torch.bmm, operator.matmul, F.linear}
+_FRESHFUNCTIONS = {torch.mm, torch.matmul, torch.addmm, torch.bmm, operator.matmul, F.linear}
 
 
 def _fresh(gm: fx.GraphModule, node: fx.Node) -> bool:
@@ -339,10 +112,10 @@ def _fresh(gm: fx.GraphModule, node: fx.Node) -> bool:
     if node.op == "call_module":
         return isinstance(gm.get_submodule(str(node.target)), _FRESH_LAYERS)
     if node.op == "call_function":
-        return node.target in _FRESH_FUNCTIONS or (
-            node.target in _FUNCTIONS and not node.kwargs.get("inplace", False)
+        return node.target in _FRESHFUNCTIONS or (
+            node.target in FUNCTIONS and not node.kwargs.get("inplace", False)
         )
-    return node.op == "call_method" and node.target in (*_METHODS, "mm", "matmul")
+    return node.op == "call_method" and node.target in (*METHODS, "mm", "matmul")
 
 
 def _plain_augmented(gm: fx.GraphModule) -> None:
@@ -510,10 +283,10 @@ class PointwiseFusion:
             torch.set_rng_state(state)
             if not _equal(expected, list(ShapeProp(gm).propagate(*copies())), exact=True):
                 return None
-            plans = [p for p in map(_plan, _group(gm.graph)) if p is not None]
+            plans = [p for p in map(plan_region, find_groups(gm.graph)) if p is not None]
             if not plans:
                 return None
-            _rewrite(gm, plans)
+            rewrite(gm, plans)
             torch.set_rng_state(state)
             if not _equal(expected, list(gm(*copies())), exact=False):
                 log.info("pointwise ops not fused: the kernels' results differ from the body's")
