@@ -13,6 +13,9 @@ An input is a column block of a source tensor (``Leaf``): a ``chunk`` of a layer
 read where it lies, and its gradient is written into one ``(n, C)`` tensor, so neither the
 forward's slices nor the backward's concatenation of the pieces' gradients is a pass of its own.
 
+A bias row (``(H,)`` or ``(1, H)``) added over the rows is a source read with a row stride of 0;
+torch sums its gradient over the rows.
+
 ``RegionCall`` runs a region: the kernel when the sources are float32 CPU tensors of the shapes
 the region was made for and no torch transform is active, else the same ops in torch
 (``run_in_torch``), which is also the backward under ``create_graph``.
@@ -82,6 +85,9 @@ class Region:
     leaves: tuple[Leaf, ...]
     instrs: tuple[Instr, ...]
     outputs: tuple[int, ...]
+    # Sources that are one row (a bias of shape (H,) or (1, H)) broadcast over the others' rows:
+    # expanded before the call, read with a row stride of 0, their gradient summed by torch.
+    row_sources: tuple[bool, ...] = ()
 
 
 def _value_code(op: str, a: str, b: str = "") -> str:
@@ -299,11 +305,15 @@ _TORCH_OPS = {
 }  # fmt: skip
 
 
+def _columns(source: torch.Tensor, offset: int, width: int) -> torch.Tensor:
+    # A 1-D source is a row the user's code broadcasts, never a column block.
+    return source if source.dim() < 2 else source[:, offset : offset + width]
+
+
 def run_in_torch(region: Region, sources: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """The region's ops in torch, one call each: the user's own code, in effect."""
     w = region.width
-    values: list[Any] = [sources[leaf.source][:, leaf.offset : leaf.offset + w]
-                         for leaf in region.leaves]  # fmt: skip
+    values: list[Any] = [_columns(sources[leaf.source], leaf.offset, w) for leaf in region.leaves]
     for ins in region.instrs:
         args = [values[a] if isinstance(a, int) else a.value for a in ins.args]
         if ins.op == "sub" and not isinstance(ins.args[0], int):
@@ -356,7 +366,19 @@ class RegionCall:
             for s, w in zip(sources, self.region.source_widths)
         )  # fmt: skip
 
+    def _expanded(self, sources: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """The row sources expanded over the rows of the others (a row source that is not one
+        row this time is left as it is: torch's ops then broadcast it, or fail, as written)."""
+        n = next((s.shape[0] for s, row in zip(sources, self.region.row_sources) if not row), 1)
+        w = self.region.width
+        return tuple(
+            s.reshape(1, w).expand(n, w) if row and s.numel() == w else s
+            for s, row in zip(sources, self.region.row_sources)
+        )
+
     def __call__(self, *sources: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if any(self.region.row_sources):
+            sources = self._expanded(sources)
         if (
             self.kernel is None
             or not fused_cells_enabled()

@@ -1,8 +1,8 @@
 """Finds the regions of a traced op body and rewrites the body to call their kernels.
 
 A region is a connected run of at least ``MIN_OPS`` pointwise ops (``FUNCTIONS``, ``METHODS``)
-on equally shaped float32 ``(n, H)`` values of a ``torch.fx`` graph whose nodes carry their
-shapes (``ShapeProp``). ``find_groups`` joins such nodes along their edges as long as collapsing
+on equally shaped float32 ``(n, H)`` values (and rows ``(H,)``/``(1, H)`` broadcast over them)
+of a ``torch.fx`` graph whose nodes carry their shapes (``ShapeProp``). ``find_groups`` joins such nodes along their edges as long as collapsing
 each group into one node leaves the graph acyclic; ``plan_region`` turns a group into a
 ``Region`` (``pointwise_code.py``) and builds its kernel, reading a ``chunk``/``split`` piece or
 a literal column slice of a layer's output in place; ``rewrite`` replaces each group by one call
@@ -42,8 +42,15 @@ def _meta(node: Any) -> Any:
     return node.meta.get("tensor_meta") if isinstance(node, fx.Node) else None
 
 
+def _row(shape: Any, full: Any) -> bool:
+    """Whether a value of ``shape`` is one row that broadcasts over a ``full`` ``(n, H)`` value:
+    ``(H,)`` or ``(1, H)``, a bias a user adds of their own."""
+    return tuple(shape) in ((full[1],), (1, full[1])) and tuple(shape) != tuple(full)
+
+
 def _pointwise(node: fx.Node) -> tuple[str, tuple[Any, ...]] | None:
-    """``(op, args)`` if ``node`` is a pointwise op on float32 ``(n, H)`` tensors of one shape."""
+    """``(op, args)`` if ``node`` is a pointwise op on float32 ``(n, H)`` tensors of one shape,
+    or one row of it broadcast over the rows."""
     if node.op == "call_function" and node.target in FUNCTIONS:
         name = FUNCTIONS[node.target]  # type: ignore[index]
         if node.kwargs and not (node.target is F.relu and node.kwargs == {"inplace": False}):
@@ -60,7 +67,9 @@ def _pointwise(node: fx.Node) -> tuple[str, tuple[Any, ...]] | None:
     for a in node.args:
         if isinstance(a, fx.Node):
             m = _meta(a)
-            if not isinstance(m, TensorMetadata) or m.shape != meta.shape or m.dtype != meta.dtype:
+            if not isinstance(m, TensorMetadata) or m.dtype != meta.dtype:
+                return None
+            if m.shape != meta.shape and not _row(m.shape, meta.shape):
                 return None
         elif isinstance(a, bool) or not isinstance(a, (int, float)) or not math.isfinite(a):
             return None
@@ -185,6 +194,7 @@ def plan_region(nodes: list[fx.Node]) -> Plan | None:
     width = int(_meta(nodes[0]).shape[1])
     sources: list[fx.Node] = []
     widths: list[int] = []
+    rows: list[bool] = []
     leaves: dict[tuple[fx.Node, int], int] = {}
     leaf_of: dict[fx.Node, int] = {}
     for node in nodes:
@@ -195,6 +205,7 @@ def plan_region(nodes: list[fx.Node]) -> Plan | None:
                 if source not in sources:
                     sources.append(source)
                     widths.append(source_width)
+                    rows.append(_row(_meta(source).shape, _meta(node).shape))
                 key = (source, offset)
                 leaf_of[a] = leaves.setdefault(key, len(leaves))
     value = {**leaf_of, **{node: len(leaves) + k for k, node in enumerate(nodes)}}
@@ -211,6 +222,7 @@ def plan_region(nodes: list[fx.Node]) -> Plan | None:
         leaves=tuple(Leaf(sources.index(s), off) for (s, off) in leaves),
         instrs=tuple(instrs),
         outputs=tuple(value[n] for n in outputs),
+        row_sources=tuple(rows),
     )
     call = RegionCall(region)
     return Plan(nodes, sources, outputs, call) if call.kernel is not None else None

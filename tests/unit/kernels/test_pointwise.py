@@ -170,10 +170,9 @@ def test_python_branching_on_values_runs_as_written() -> None:
 
 
 def test_broadcasts_and_float64_stay_torch_ops() -> None:
-    bias = torch.randn(7)
-
     def body(x: torch.Tensor) -> list[torch.Tensor]:
-        return [torch.tanh(torch.sigmoid(x + bias) * x) - x]  # x + bias broadcasts
+        per_row = x.sum(1, keepdim=True)  # (n, 1): broadcast over columns, not a row
+        return [torch.tanh(torch.sigmoid(x * per_row) * x) - x]
 
     fusion = PointwiseFusion([])
     fusion(body, [torch.randn(3, 7)])
@@ -396,3 +395,35 @@ def test_column_slices_are_read_in_place_and_a_fresh_sum_in_place_is_a_sum() -> 
     assert not any(t is operator.getitem and isinstance(a[0], tuple) for t, a in targets)
     assert any(t is operator.add for t, _ in targets)  # the += of a fresh projection
     _agree(fusion, m, [torch.randn(5, 6, requires_grad=True)], list(m.parameters()))
+
+
+class ExplicitBiases(nn.Module):
+    """An LSTM-like cell with its biases added by hand: one ``(4H,)`` before the chunk, one
+    ``(1, H)`` after."""
+
+    def __init__(self, h: int = 6) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4 * h, h) / h)
+        self.b = nn.Parameter(torch.randn(4 * h))
+        self.peep = nn.Parameter(torch.randn(1, h))
+
+    def forward(self, x: torch.Tensor, c: torch.Tensor) -> list[torch.Tensor]:
+        gates = torch.mm(x, self.w.t()) + self.b + 0.5 * x.repeat(1, 4)
+        i, f, g, o = gates.chunk(4, 1)
+        c = torch.sigmoid(f + self.peep) * c + torch.sigmoid(i) * torch.tanh(g)
+        return [torch.sigmoid(o) * torch.tanh(c), c]
+
+
+@pytest.mark.parametrize("first", [5, 1])
+def test_a_bias_row_broadcast_over_the_rows_joins_the_region(first: int) -> None:
+    torch.manual_seed(0)
+    m = ExplicitBiases()
+    fusion = PointwiseFusion([m])
+    fusion(m, _inputs(first, 6, 2))  # a first batch of one row: the bias is no broadcast then
+    (compiled,) = fusion.bodies()
+    widths = sorted(call.region.width for call in _regions(compiled))
+    assert widths == [6, 24]
+    if first > 1:
+        rows = [r for call in _regions(compiled) for r in call.region.row_sources]
+        assert rows.count(True) == 2  # self.b and self.peep
+    _agree(fusion, m, _inputs(7, 6, 2, seed=3), list(m.parameters()))

@@ -293,9 +293,9 @@ def test_fastrnns_lstm_cell() -> None:
     torch.manual_seed(4)
     cell = FastRnnsLSTMCell()
     compiler = check_block(_sequence(cell, ((H,), (H,))) >> fb.GetItem(0), SEQUENCES)
-    # The gates and the update: 4 activations, 2 products, a sum, tanh, a product. The 4H-wide
-    # ``mm + mm`` is a run of one (the bias adds broadcast): torch's.
-    assert _sizes(compiler, cell) == [[9]]
+    # The 4H-wide sum of the two products and their bias rows (3 ops), then the gates and the
+    # update: 4 activations, 2 products, a sum, tanh, a product.
+    assert _sizes(compiler, cell) == [[3, 9]]
 
 
 # --- 6. JiapengWu/TeMP, baselines/custom_gru.py: GRUCell. ``torch.mm`` with ``.t()``, biases
@@ -324,7 +324,7 @@ def test_temp_gru_cell() -> None:
     torch.manual_seed(5)
     cell = TempGRUCell()
     compiler = check_block(_sequence(cell, H), SEQUENCES)
-    assert _sizes(compiler, cell) == [[8]]
+    assert _sizes(compiler, cell) == [[9]]  # with the bias row added to the hidden side
 
 
 # --- 7. jojonki/BiDAF, layers/highway.py: Highway. The activations are attributes holding
