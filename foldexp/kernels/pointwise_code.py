@@ -360,11 +360,12 @@ class RegionCall:
 
     def fits(self, sources: Sequence[torch.Tensor]) -> bool:
         n = sources[0].shape[0]
-        return all(
-            s.dtype == torch.float32 and s.device.type == "cpu" and s.dim() == 2
-            and s.shape[0] == n and s.shape[1] == w and s.stride(1) == 1
-            for s, w in zip(sources, self.region.source_widths)
-        )  # fmt: skip
+        for s, w in zip(sources, self.region.source_widths):
+            if s.dtype != torch.float32 or not s.is_cpu or s.dim() != 2:
+                return False
+            if s.shape[0] != n or s.shape[1] != w or s.stride(1) != 1:
+                return False
+        return True
 
     def _expanded(self, sources: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         """The row sources expanded over the rows of the others (a row source that is not one
@@ -386,4 +387,6 @@ class RegionCall:
             or not self.fits(sources)
         ):
             return tuple(run_in_torch(self.region, sources))
+        if not (torch.is_grad_enabled() and any(s.requires_grad for s in sources)):
+            return tuple(self.kernel.forward(sources))  # inference: no graph to record
         return _RegionFunction.apply(self, *sources)

@@ -4,9 +4,10 @@
 in a mode (training or not, device) it traces the body with ``torch.fx`` — torch's layers and
 foldexp's own stay calls (leaves), the user's Python is followed — records every value's shape
 by running the traced graph once, and gathers each connected run of pointwise ops on equally
-shaped ``(n, H)`` float32 values (and bias rows broadcast over them) into a region (``pointwise_regions.py``): the run becomes one
-call of a kernel generated for it (``pointwise_code.py``), its inputs read where they lie (a
-``chunk`` of a layer's output is a column block, not a copy).
+shaped ``(n, H)`` float32 values (and bias rows broadcast over them) into a region
+(``pointwise_regions.py``): the run becomes one call of a kernel generated for it
+(``pointwise_code.py``), its inputs read where they lie (a ``chunk`` of a layer's output is a
+column block, not a copy).
 
 The rewritten body is used only when it is safe to: the trace must succeed (data-dependent
 Python, such as ``if x.sum() > 0``, stops it), the traced graph must give exactly the body's

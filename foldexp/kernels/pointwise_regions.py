@@ -2,11 +2,12 @@
 
 A region is a connected run of at least ``MIN_OPS`` pointwise ops (``FUNCTIONS``, ``METHODS``)
 on equally shaped float32 ``(n, H)`` values (and rows ``(H,)``/``(1, H)`` broadcast over them)
-of a ``torch.fx`` graph whose nodes carry their shapes (``ShapeProp``). ``find_groups`` joins such nodes along their edges as long as collapsing
-each group into one node leaves the graph acyclic; ``plan_region`` turns a group into a
-``Region`` (``pointwise_code.py``) and builds its kernel, reading a ``chunk``/``split`` piece or
-a literal column slice of a layer's output in place; ``rewrite`` replaces each group by one call
-of its kernel. ``pointwise_graph.py`` decides when a body may be rewritten at all.
+of a ``torch.fx`` graph whose nodes carry their shapes (``ShapeProp``). ``find_groups`` joins
+such nodes along their edges as long as collapsing each group into one node leaves the graph
+acyclic; ``plan_region`` turns a group into a ``Region`` (``pointwise_code.py``) and builds its
+kernel, reading a ``chunk``/``split`` piece or a literal column slice of a layer's output in
+place; ``rewrite`` replaces each group by one call of its kernel. ``pointwise_graph.py`` decides
+when a body may be rewritten at all.
 """
 
 from __future__ import annotations

@@ -427,3 +427,14 @@ def test_a_bias_row_broadcast_over_the_rows_joins_the_region(first: int) -> None
         rows = [r for call in _regions(compiled) for r in call.region.row_sources]
         assert rows.count(True) == 2  # self.b and self.peep
     _agree(fusion, m, _inputs(7, 6, 2, seed=3), list(m.parameters()))
+
+
+def test_inference_calls_the_kernel_without_recording_a_graph() -> None:
+    torch.manual_seed(0)
+    cell = PlainCell(8)
+    fusion, fn = PointwiseFusion([cell]), _cell_fn(cell)
+    with torch.no_grad():
+        got, want = fusion(fn, _inputs(5, 8, 4)), fn(*_inputs(5, 8, 4))
+    assert fusion.bodies()[0] is not None and all(g.grad_fn is None for g in got)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **TOL)
