@@ -104,7 +104,7 @@ def _root(fn: Callable[..., Any], n_inputs: int, modules: Sequence[nn.Module]) -
 _PLAIN_OF = {operator.iadd: operator.add, operator.isub: operator.sub,
              operator.imul: operator.mul, operator.itruediv: operator.truediv}  # fmt: skip
 _FRESH_LAYERS = (nn.Linear, nn.Bilinear)
-_FRESHFUNCTIONS = {torch.mm, torch.matmul, torch.addmm, torch.bmm, operator.matmul, F.linear}
+_FRESH_FUNCTIONS = {torch.mm, torch.matmul, torch.addmm, torch.bmm, operator.matmul, F.linear}
 
 
 def _fresh(gm: fx.GraphModule, node: fx.Node) -> bool:
@@ -113,7 +113,7 @@ def _fresh(gm: fx.GraphModule, node: fx.Node) -> bool:
     if node.op == "call_module":
         return isinstance(gm.get_submodule(str(node.target)), _FRESH_LAYERS)
     if node.op == "call_function":
-        return node.target in _FRESHFUNCTIONS or (
+        return node.target in _FRESH_FUNCTIONS or (
             node.target in FUNCTIONS and not node.kwargs.get("inplace", False)
         )
     return node.op == "call_method" and node.target in (*METHODS, "mm", "matmul")
