@@ -380,6 +380,9 @@ class RegionCall:
     def __call__(self, *sources: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if any(self.region.row_sources):
             sources = self._expanded(sources)
+        if any(s.dim() == 2 and s.stride(1) != 1 and s.shape[1] > 1 for s in sources):
+            # A strided piece (a transpose, x.view(n, H, 4)[:, :, k]): one copy, then one pass.
+            sources = tuple(s.contiguous() if s.dim() == 2 else s for s in sources)
         if (
             self.kernel is None
             or not fused_cells_enabled()

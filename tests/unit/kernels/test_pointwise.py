@@ -438,3 +438,22 @@ def test_inference_calls_the_kernel_without_recording_a_graph() -> None:
     assert fusion.bodies()[0] is not None and all(g.grad_fn is None for g in got)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, **TOL)
+
+
+def test_strided_pieces_are_copied_once_then_fused() -> None:
+    lin = nn.Linear(6, 4 * 6)
+
+    def body(x: torch.Tensor) -> list[torch.Tensor]:
+        z = lin(x).view(-1, 6, 4)  # gates interleaved: column k of each group of four
+        i, o, u = z[:, :, 0], z[:, :, 1], z[:, :, 2]
+        c = torch.sigmoid(i) * torch.tanh(u)
+        return [torch.sigmoid(o) * torch.tanh(c)]
+
+    fusion = PointwiseFusion([lin])
+    fusion(body, [torch.randn(3, 6)])
+    (compiled,) = fusion.bodies()
+    assert len(_regions(compiled)) == 1
+    x = torch.randn(5, 6, requires_grad=True)
+    (out,) = fusion(body, [x])
+    assert type(out.grad_fn).__name__ == "_RegionFunctionBackward"  # the kernel, not torch's ops
+    _agree(fusion, body, [x], list(lin.parameters()))
