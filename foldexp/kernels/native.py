@@ -26,6 +26,7 @@ so its loops run on torch's OpenMP threads and follow ``torch.set_num_threads``.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -47,6 +48,7 @@ __all__ = [
     "build_and_open",
     "native_code_allowed",
     "kernel_cache_dir",
+    "private_dir",
     "transforms_active",
     "set_fused_cells_enabled",
     "fused_cells_enabled",
@@ -107,12 +109,19 @@ def _cpu_identity() -> str:
     return "\n".join(sorted(set(keep)))
 
 
+@functools.cache
+def _compiler_version(compiler: str) -> str:
+    """``compiler --version``, asked once a process: every library's path names it, and each
+    of a user's generated kernels looks its library up (1.7 ms a subprocess)."""
+    return subprocess.run(
+        [compiler, "--version"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+
+
 def _library_path(
     compiler: str, stem: str, sources: Sequence[Path], flags: Sequence[str], identity: str
 ) -> Path:
-    version = subprocess.run(
-        [compiler, "--version"], capture_output=True, text=True, timeout=30, check=True
-    ).stdout
+    version = _compiler_version(compiler)
     digest = hashlib.sha256()
     for part in (*(s.read_bytes() for s in sources), " ".join(flags).encode(),
                  version.encode(), _cpu_identity().encode(), identity.encode()):  # fmt: skip
@@ -121,7 +130,7 @@ def _library_path(
     return kernel_cache_dir() / f"{stem}-{digest.hexdigest()[:20]}.so"
 
 
-def _private_dir(path: Path) -> Path:
+def private_dir(path: Path) -> Path:
     """``path``, created if missing, refused unless this user owns it and nobody else may write
     to it: the library there is loaded into the process, so whoever can write it runs code."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -187,7 +196,7 @@ def build_and_open(
     if compiler is None:
         raise RuntimeError("no C++ compiler found ($CXX, g++, c++, clang++)")
     path = _library_path(compiler, stem, sources, flags, identity)
-    _private_dir(path.parent)
+    private_dir(path.parent)
     if path.exists():
         try:
             return opener(path)

@@ -41,6 +41,7 @@ from foldexp.kernels.native import (
     build_and_open,
     fused_cells_enabled,
     kernel_cache_dir,
+    private_dir,
     transforms_active,
 )
 
@@ -288,9 +289,9 @@ def _kernel(region: Region) -> _Kernel | None:
 
 
 def _write_source(text: str, name: str) -> Path:
-    """Writes the generated source into the kernel cache (a private folder), atomically."""
-    folder = kernel_cache_dir()
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Writes the generated source into the kernel cache, atomically, after the same check of
+    the folder that a build makes: it is compiled into code this process loads."""
+    folder = private_dir(kernel_cache_dir())
     path = folder / name
     fd, tmp = tempfile.mkstemp(prefix=name + ".", suffix=".tmp", dir=folder)
     with os.fdopen(fd, "w") as f:

@@ -277,7 +277,7 @@ def test_a_foreign_library_in_the_cache_is_replaced_in_this_process(fresh_build,
     """A library of another ABI at the cached path is rebuilt, and the rebuilt one is what this
     process loads (``dlopen`` would hand back the old one by its path)."""
     path = native._kernels_path(native._compiler())
-    native._private_dir(path.parent)
+    native.private_dir(path.parent)
     monkeypatch.setattr(native, "ABI", native.ABI + 100)
     with pytest.raises(RuntimeError, match="another ABI"):
         native._load()  # builds a good library, which this fake ABI refuses
