@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch.nn.modules.module import register_module_module_registration_hook
 
 from foldexp.blocks._base import InputError
 from foldexp.blocks._layers import Embedding
@@ -21,6 +22,19 @@ __all__ = ["Op", "structure_flattener", "structure_builder"]
 
 # Modules whose training-mode output is random.
 RANDOM_MODULES = (torch.nn.modules.dropout._DropoutNd, torch.nn.RReLU)
+
+# Counts the submodules registered anywhere (torch calls the hook for every attribute, module
+# list or dict entry that is a module). An op looks for the random modules in its module tree
+# again only when this has changed: ``is_random`` runs at every build and execution, and the
+# walk over a cell's modules costs more than a 40-node tree's whole plan lookup.
+_registrations = [0]
+
+
+def _count_registration(module: Any, name: str, submodule: Any) -> None:
+    _registrations[0] += 1
+
+
+register_module_module_registration_hook(_count_registration)
 
 
 def structure_flattener(t: Type) -> Callable[[Any], list[Any]]:
@@ -104,6 +118,8 @@ class Op:
         self._spread = isinstance(input_type, TupleType)
         # A lookup table reading its ids straight from the input: they are checked (``check_ids``).
         self.id_limit, self.id_table = _lookup_table(fn)
+        self._random_modules: list[torch.nn.Module] = []
+        self._random_seen = -1  # ``_registrations`` when they were found
 
     def check_ids(self, ids: torch.Tensor | int) -> None:
         """For an op looking ids up in a table (``id_limit`` rows): raises ``InputError`` for the
@@ -139,13 +155,14 @@ class Op:
         """
         if self.random:
             return True
-        root = self.fn if isinstance(self.fn, torch.nn.Module) else self.module
-        if root is None:
-            return False
-        return any(
-            m.training and isinstance(m, RANDOM_MODULES) and getattr(m, "p", 1.0) > 0
-            for m in root.modules()
-        )
+        if self._random_seen != _registrations[0]:
+            self._random_seen = _registrations[0]
+            root = self.fn if isinstance(self.fn, torch.nn.Module) else self.module
+            modules = [] if root is None else root.modules()
+            self._random_modules = [m for m in modules if isinstance(m, RANDOM_MODULES)]
+        # A module removed since (``del``) may still be here: then an op is called random that
+        # is not, which only stops its invocations from being merged.
+        return any(m.training and getattr(m, "p", 1.0) > 0 for m in self._random_modules)
 
     def __repr__(self) -> str:
         return f"Op({self.name})"

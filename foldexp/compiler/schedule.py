@@ -71,6 +71,12 @@ class Plan:
     num_inputs: int = 0
     max_depth: int = 0
     op_names: list[str] = field(default_factory=list)
+    # The executor's reusable state for running this plan again (``executor/replay.py``): shared
+    # by the shallow copies the plan cache hands out, never pickled.
+    reuse: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "reuse": {}}
 
     def to(self, device: torch.device) -> Plan:
         """A copy whose row indices live on ``device`` (constants move when buffers are made)."""

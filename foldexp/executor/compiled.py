@@ -133,6 +133,13 @@ class Compiler(nn.Module):
 
     @property
     def device(self) -> torch.device:
+        """Where the parameters are (the first found); CPU for a model without any."""
+        # The layers' own parameters first: ``parameters()`` walks every module (4 µs, which a
+        # served single tree feels at every call).
+        for layer in self.layers:
+            for p in layer._parameters.values():
+                if p is not None:
+                    return p.device
         p = next(self.parameters(), None)
         return p.device if p is not None else torch.device("cpu")
 
@@ -180,11 +187,13 @@ class Compiler(nn.Module):
         params = list(self.parameters()) if torch.is_grad_enabled() else []  # none to train
         flat = execute(plan, self.ops, params, self.device)
         n_out = len(plan.outputs)
-        self.last_metrics = {
+        # Plain attributes, set past ``nn.Module.__setattr__``'s checks for parameters and
+        # submodules (a few µs a call, which a served single tree feels).
+        self.__dict__["last_metrics"] = {
             name: (flat[n_out + j], inputs)
             for j, (name, (_, _, inputs)) in enumerate(plan.metrics.items())
         }
-        self.last_stats = {
+        self.__dict__["last_stats"] = {
             "calls": plan.num_calls,
             "nodes": plan.num_nodes,
             "merged": plan.num_merged,

@@ -22,9 +22,12 @@ whole depth loop inside one ``torch.autograd.Function``:
 Dense layers. On CPUs where ``foldexp.kernels`` takes its oneDNN route, every op runs under
 ``routed_linears()``, so a user's plain ``nn.Linear`` takes that route as foldexp's own does.
 
-Pointwise runs. Every op body is called through ``_call``: where foldexp's C++ kernels are on,
-each run of pointwise torch ops in it (a user's gate arithmetic) runs as one generated kernel
-(``kernels/pointwise_graph.py``), so a user's cell gets what foldexp's fused cells have.
+Pointwise runs. Every op body is called through ``calls.call_op``: where foldexp's C++ kernels
+are on, each run of pointwise torch ops in it (a user's gate arithmetic) runs as one generated
+kernel (``kernels/pointwise_graph.py``), so a user's cell gets what foldexp's fused cells have.
+
+Kept plans. A plan run again without gradients (a repeated request, served from the compiler's
+plan cache) reuses its buffers and gathers into rows it keeps (``replay.py``).
 
 This avoids the trap of gathering each depth from a growing concatenation of all earlier outputs,
 where autograd materialises a full-size gradient per depth (O(nodes × depth) memory traffic).
@@ -32,22 +35,16 @@ where autograd materialises a full-size gradient per depth (O(nodes × depth) me
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 
 from foldexp.blocks.internal import Op
 from foldexp.compiler.schedule import Group, Index, Plan
-from foldexp.kernels import (
-    WeightGradients,
-    collecting_weight_gradients,
-    fused_cells_enabled,
-    routed_linears,
-)
-from foldexp.kernels.pointwise_graph import PointwiseFusion
+from foldexp.executor.calls import allocate, call_op, dense_route, outputs, read
+from foldexp.executor.replay import take_replay
+from foldexp.kernels import WeightGradients, collecting_weight_gradients
 from foldexp.kernels.scatter import NATIVE_ELEMENTS, index_add_parts
 
 __all__ = ["execute"]
@@ -71,42 +68,6 @@ def _engine_entry() -> Any:
 _engine_run_backward = _engine_entry()
 
 
-_fusions: weakref.WeakKeyDictionary[Op, PointwiseFusion] = weakref.WeakKeyDictionary()
-
-
-def _call(op: Op, args: list[Any]) -> list[Any]:
-    """``op.forward(args)``, with each run of pointwise ops in the op's body (a user's own cell
-    written with plain torch ops) as one generated kernel (``kernels/pointwise_graph.py``), as
-    long as foldexp's C++ kernels are on (``device.fused_cells``)."""
-    if not fused_cells_enabled():
-        return op.forward(args)
-    parts = getattr(op, "parts", None)  # a FusedOp: its ops one after the other
-    if parts is not None:
-        for part in parts:
-            args = _call(part, args)
-        return args
-    fusion = _fusions.get(op)
-    if fusion is None:
-        fusion = _fusions[op] = PointwiseFusion([op.fn, op.module])
-    if fusion.unfusable:
-        return op.forward(args)
-    return fusion(lambda *xs: op.forward(list(xs)), args)
-
-
-def _read(buf: torch.Tensor, rows: Index) -> torch.Tensor:
-    return buf[rows] if isinstance(rows, slice) else buf.index_select(0, rows)
-
-
-def _allocate(plan: Plan, device: torch.device) -> list[torch.Tensor]:
-    bufs = []
-    for t, n, const in zip(plan.types, plan.rows_per_type, plan.constants):
-        buf = torch.empty((n, *t.shape), dtype=t.dtype, device=device)
-        if const is not None:
-            buf[: len(const)] = const.to(device, non_blocking=True)
-        bufs.append(buf)
-    return bufs
-
-
 def _arguments(
     op: Op,
     group: Group,
@@ -125,7 +86,7 @@ def _arguments(
     per argument (SST step: 0.3 ms)."""
     args: list[Any] = [None] * len(op.in_types)
     for ga in group.gathers:
-        x = _read(bufs[ga.tid], ga.rows)
+        x = read(bufs[ga.tid], ga.rows)
         grad = leaves is not None and x.dtype.is_floating_point
         if leaves is not None and isinstance(ga.rows, slice):
             # A view would share the buffer's version counter: later writes into the buffer
@@ -151,24 +112,17 @@ def _arguments(
     return args
 
 
-def _outputs(plan: Plan, bufs: list[torch.Tensor]) -> list[torch.Tensor]:
-    outs = [_read(bufs[tid], rows) for tid, rows in plan.outputs]
-    outs += [_read(bufs[tid], rows) for tid, rows, _ in plan.metrics.values()]
-    return outs
-
-
-def _dense_route(device: torch.device) -> AbstractContextManager:
-    return routed_linears() if device.type == "cpu" else nullcontext()
-
-
 def _run_no_grad(plan: Plan, ops: Sequence[Op], device: torch.device) -> list[torch.Tensor]:
-    bufs = _allocate(plan, device)
-    with _dense_route(device):
+    replay = take_replay(plan, ops, device)
+    if replay is not None:
+        return replay.run()
+    bufs = allocate(plan, device)
+    with dense_route(device):
         for g in plan.groups:
-            outs = _call(ops[g.op], _arguments(ops[g.op], g, bufs))
+            outs = call_op(ops[g.op], _arguments(ops[g.op], g, bufs))
             for (tid, start, end), out in zip(g.outs, outs):
                 bufs[tid][start:end] = out
-    return [o.clone() if o._base is not None else o for o in _outputs(plan, bufs)]
+    return outputs(plan, bufs)
 
 
 class _Sweep:
@@ -187,18 +141,18 @@ class _Sweep:
 
     def forward(self) -> list[torch.Tensor]:
         plan = self.plan
-        bufs = self.bufs = _allocate(plan, self.device)
+        bufs = self.bufs = allocate(plan, self.device)
         self.records: list[Any] = []
         deferring = collecting_weight_gradients(self.weight_grads)
-        with torch.enable_grad(), _dense_route(self.device), deferring:
+        with torch.enable_grad(), dense_route(self.device), deferring:
             for g in plan.groups:
                 leaves: list[torch.Tensor] = []
                 spans: list[int] = []
-                outs = _call(self.ops[g.op], _arguments(self.ops[g.op], g, bufs, leaves, spans))
+                outs = call_op(self.ops[g.op], _arguments(self.ops[g.op], g, bufs, leaves, spans))
                 for (tid, start, end), out in zip(g.outs, outs):
                     bufs[tid][start:end] = out.detach()
                 self.records.append((leaves, spans, outs))
-        return [o.clone() if o._base is not None else o for o in _outputs(plan, bufs)]
+        return outputs(plan, bufs)
 
     def backward(self, grads: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
         plan, bufs = self.plan, self.bufs
@@ -221,7 +175,7 @@ class _Sweep:
         # backward, and none under create_graph (those gradients must stay differentiable).
         self.weight_grads.accepting = not torch.is_grad_enabled()
         try:
-            with _dense_route(self.device), collecting_weight_gradients(self.weight_grads):
+            with dense_route(self.device), collecting_weight_gradients(self.weight_grads):
                 self._backward_groups(gbuf, param_grads, owned)
         finally:
             self.weight_grads.accepting = False

@@ -81,6 +81,28 @@ def test_training_dropout_is_not_merged_and_eval_dropout_is() -> None:
         compiler.run(plan)
 
 
+def test_dropout_added_or_switched_after_compiling_is_seen() -> None:
+    # ``Op.is_random`` keeps the list of an op's random modules until some module anywhere
+    # gains a submodule: a dropout put into the cell after the compiler was made counts.
+    cell = nn.Sequential(nn.Linear(8, 8))
+    block = fb.Map(fb.Scalar("int64") >> fb.Function(nn.Embedding(4, 8)) >> fb.Function(cell))
+    compiler = Compiler(block >> fb.Sum())
+    words = [[1, 1, 1, 1], [1, 2]]
+    compiler.train()
+    assert compiler.build(words).num_merged > 0
+    cell.append(nn.Dropout(0.5))
+    assert compiler.build(words).num_merged == 0
+    cell[1].p = 0.0  # a dropout of p=0 is not random
+    assert compiler.build(words).num_merged > 0
+    cell[1].p = 0.5
+    compiler.eval()
+    assert compiler.build(words).num_merged > 0
+    cell.extra = nn.RReLU()
+    compiler.train()
+    cell[1].p = 0.0
+    assert compiler.build(words).num_merged == 0
+
+
 def test_function_declared_random_is_never_merged() -> None:
     noisy = fb.Function(lambda x: x + torch.rand_like(x), random=True)
     compiler = Compiler(fb.Map(fb.Scalar() >> noisy) >> fb.Sum())

@@ -14,7 +14,7 @@ from torch import nn
 
 import foldexp.blocks as fb
 from foldexp import Compiler
-from foldexp.executor import run as executor
+from foldexp.executor import calls as executor
 from foldexp.kernels import native
 from foldexp.kernels.pointwise_code import Const, Instr, Leaf, Region, RegionCall, run_in_torch
 from foldexp.kernels.pointwise_graph import PointwiseFusion
@@ -243,7 +243,7 @@ def test_the_engine_fuses_a_users_cells_batched_equal_to_eager() -> None:
     tree, _ = _users_tree()
     trees = [((1,), ((2,), (3,))), (((4,), (5,)), ((6,), (7,))), (9,), ((1,), (1,))]
     check_block(tree, trees)
-    fused = [op for op, f in executor._fusions.items() if any(f.bodies())]
+    fused = [op for op, f in executor.fusions.items() if any(f.bodies())]
     assert {type(op.fn) for op in fused} >= {PlainLeaf, PlainCell}
 
 
@@ -252,7 +252,7 @@ def test_switched_off_the_bodies_run_as_written() -> None:
     try:
         tree, cell = _users_tree()
         Compiler(tree)([((1,), (2,))])[0].sum().backward()
-        assert not any(op.fn is cell for op in executor._fusions)
+        assert not any(op.fn is cell for op in executor.fusions)
     finally:
         native.set_fused_cells_enabled(None)
 

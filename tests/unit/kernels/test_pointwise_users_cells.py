@@ -12,7 +12,7 @@ from torch import nn
 
 import foldexp.blocks as fb
 from foldexp import Compiler
-from foldexp.executor import run as executor
+from foldexp.executor import calls as executor
 from foldexp.kernels import native
 from foldexp.kernels.pointwise_code import RegionCall
 from foldexp.models.tree_lstm import binary_tree
@@ -38,7 +38,7 @@ def _regions(compiler: Compiler, module: nn.Module) -> list[list[RegionCall]]:
     (The fusions are keyed weakly by op: the compiler must be alive.)"""
     assert compiler is not None
     found = []
-    for op, fusion in executor._fusions.items():
+    for op, fusion in executor.fusions.items():
         if op.fn is module or op.module is module:
             for body in fusion.bodies():
                 found.append(

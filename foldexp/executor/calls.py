@@ -1,0 +1,74 @@
+"""The executor's primitives: a plan's buffers, reading rows from them, and calling an op.
+
+Each tensor type of a plan has one buffer holding every value of that type in the batch
+(constants first, then each group's outputs); a group reads its arguments from them and its
+outputs are written into its reserved rows. ``run.py`` (a plan run once, with or without
+gradients) and ``replay.py`` (a kept plan run again) share these.
+"""
+
+from __future__ import annotations
+
+import weakref
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+
+from foldexp.blocks.internal import Op
+from foldexp.compiler.schedule import Index, Plan
+from foldexp.kernels import fused_cells_enabled, routed_linears
+from foldexp.kernels.pointwise_graph import PointwiseFusion
+
+__all__ = ["allocate", "call_op", "dense_route", "outputs", "read"]
+
+
+fusions: weakref.WeakKeyDictionary[Op, PointwiseFusion] = weakref.WeakKeyDictionary()
+
+
+def call_op(op: Op, args: list[Any]) -> list[Any]:
+    """``op.forward(args)``, with each run of pointwise ops in the op's body (a user's own cell
+    written with plain torch ops) as one generated kernel (``kernels/pointwise_graph.py``), as
+    long as foldexp's C++ kernels are on (``device.fused_cells``)."""
+    if not fused_cells_enabled():
+        return op.forward(args)
+    parts = getattr(op, "parts", None)  # a FusedOp: its ops one after the other
+    if parts is not None:
+        for part in parts:
+            args = call_op(part, args)
+        return args
+    fusion = fusions.get(op)
+    if fusion is None:
+        fusion = fusions[op] = PointwiseFusion([op.fn, op.module])
+    if fusion.unfusable:
+        return op.forward(args)
+    return fusion(lambda *xs: op.forward(list(xs)), args)
+
+
+def read(buf: torch.Tensor, rows: Index) -> torch.Tensor:
+    """Rows of a buffer: a view for a contiguous range, else a gathered copy."""
+    return buf[rows] if isinstance(rows, slice) else buf.index_select(0, rows)
+
+
+def allocate(plan: Plan, device: torch.device) -> list[torch.Tensor]:
+    """The plan's buffers on ``device``, one per tensor type, constants in their first rows."""
+    bufs = []
+    for t, n, const in zip(plan.types, plan.rows_per_type, plan.constants):
+        buf = torch.empty((n, *t.shape), dtype=t.dtype, device=device)
+        if const is not None:
+            buf[: len(const)] = const.to(device, non_blocking=True)
+        bufs.append(buf)
+    return bufs
+
+
+def outputs(plan: Plan, bufs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The plan's output components, then its metrics, as tensors of their own (a contiguous
+    range is copied out, so nothing returned shares memory with a buffer)."""
+    outs = [read(bufs[tid], rows) for tid, rows in plan.outputs]
+    outs += [read(bufs[tid], rows) for tid, rows, _ in plan.metrics.values()]
+    return [o.clone() if o._base is not None else o for o in outs]
+
+
+def dense_route(device: torch.device) -> AbstractContextManager:
+    """Where ops run: on CPU under ``routed_linears()``, so a user's plain ``nn.Linear`` takes
+    foldexp's dense route as its own ``Linear`` does."""
+    return routed_linears() if device.type == "cpu" else nullcontext()
