@@ -146,3 +146,13 @@ def test_another_op_list_runs_fresh() -> None:
             torch.testing.assert_close(ma.run(plan), torch.tensor([[6.0]]))
         torch.testing.assert_close(mb.run(plan), torch.tensor([[9.0]]))
         torch.testing.assert_close(ma.run(plan), torch.tensor([[6.0]]))
+
+
+def test_an_op_returning_a_python_number() -> None:
+    block = fb.Map(fb.Scalar() >> fb.Function(lambda x: x * 2.0)) >> fb.Sum()
+    block = block >> fb.Function(lambda s: 7.0, output_type=fb.TensorType(()))
+    model = Compiler(block)
+    plan = model.build([[1.0, 2.0], [3.0]])
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(model.run(plan), torch.tensor([7.0, 7.0]))
