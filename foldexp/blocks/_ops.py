@@ -24,9 +24,10 @@ __all__ = ["Op", "structure_flattener", "structure_builder"]
 RANDOM_MODULES = (torch.nn.modules.dropout._DropoutNd, torch.nn.RReLU)
 
 # Counts the submodules registered anywhere (torch calls the hook for every attribute, module
-# list or dict entry that is a module). An op looks for the random modules in its module tree
-# again only when this has changed: ``is_random`` runs at every build and execution, and the
-# walk over a cell's modules costs more than a 40-node tree's whole plan lookup.
+# list or dict entry set to a module). An op walks its module tree for random modules again
+# only when this has changed or one of its modules' submodule count has (``insert`` and direct
+# ``_modules`` writes pass no hook): ``is_random`` runs at every build and execution, and the
+# walk costs more than a served tree's whole plan lookup.
 _registrations = [0]
 
 
@@ -118,8 +119,8 @@ class Op:
         self._spread = isinstance(input_type, TupleType)
         # A lookup table reading its ids straight from the input: they are checked (``check_ids``).
         self.id_limit, self.id_table = _lookup_table(fn)
-        self._random_modules: list[torch.nn.Module] = []
-        self._random_seen = -1  # ``_registrations`` when they were found
+        # (``_registrations`` when walked, each module with its submodule count, the random ones)
+        self._random_cache: tuple[int, list[tuple[Any, int]], list[Any]] = (-1, [], [])
 
     def check_ids(self, ids: torch.Tensor | int) -> None:
         """For an op looking ids up in a table (``id_limit`` rows): raises ``InputError`` for the
@@ -155,14 +156,27 @@ class Op:
         """
         if self.random:
             return True
-        if self._random_seen != _registrations[0]:
-            self._random_seen = _registrations[0]
-            root = self.fn if isinstance(self.fn, torch.nn.Module) else self.module
-            modules = [] if root is None else root.modules()
-            self._random_modules = [m for m in modules if isinstance(m, RANDOM_MODULES)]
-        # A module removed since (``del``) may still be here: then an op is called random that
-        # is not, which only stops its invocations from being merged.
-        return any(m.training and getattr(m, "p", 1.0) > 0 for m in self._random_modules)
+        seen, tree, randoms = self._random_cache
+        if seen != _registrations[0]:
+            randoms = self._find_random_modules()
+        else:
+            for submodules, n in tree:
+                if len(submodules) != n:
+                    randoms = self._find_random_modules()
+                    break
+        for m in randoms:
+            if m.training and getattr(m, "p", 1.0) > 0:
+                return True
+        return False
+
+    def _find_random_modules(self) -> list[Any]:
+        seen = _registrations[0]  # read first: a registration during the walk means walk again
+        root = self.fn if isinstance(self.fn, torch.nn.Module) else self.module
+        modules = [] if root is None else list(root.modules())
+        tree = [(m._modules, len(m._modules)) for m in modules]
+        randoms = [m for m in modules if isinstance(m, RANDOM_MODULES)]
+        self._random_cache = (seen, tree, randoms)  # one assignment: threads see all or none
+        return randoms
 
     def __repr__(self) -> str:
         return f"Op({self.name})"

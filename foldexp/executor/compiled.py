@@ -134,10 +134,10 @@ class Compiler(nn.Module):
     @property
     def device(self) -> torch.device:
         """Where the parameters are (the first found); CPU for a model without any."""
-        # The layers' own parameters first: ``parameters()`` walks every module (4 µs, which a
-        # served single tree feels at every call).
-        for layer in self.layers:
-            for p in layer._parameters.values():
+        # ``parameters()`` walks every module (4 µs, which a served tree feels at every call);
+        # its first is the first layer's own first parameter where that layer has one.
+        if len(self.layers):
+            for p in self.layers[0]._parameters.values():
                 if p is not None:
                     return p.device
         p = next(self.parameters(), None)

@@ -11,17 +11,24 @@ fixed view of its rows.
 
 Safety. A replay is used by one run at a time: runs take it from the plan's pool and give it
 back, so threads serving the same plan each get their own. What a run returns is always copied
-out of the buffers (``calls.outputs``), so a later run never changes an earlier result. Ops see
-the same kind of arguments as a fresh run (views of buffer rows, or gathered blocks); an op that
-keeps a reference to its arguments between calls would see them rewritten, as it would see any
-reused workspace.
+out of the buffers (``calls.outputs``), so a later run never changes an earlier result. The
+constants are copied in again at every run, as a fresh run does, so an op that changes its
+arguments in place changes nothing the next run reads. Ops see the same kind of arguments as a
+fresh run (views of buffer rows, or gathered blocks); an op, or a hook, that keeps a reference
+to its arguments between calls would see them rewritten, as it would see any reused workspace.
+Replays are CPU only: on CUDA a replay given back when the host is done could be taken by
+another stream while this one's kernels still read its buffers, which the caching allocator
+guards fresh runs against. Pools are kept apart by inference mode, whose tensors cannot be
+written outside it.
 
-The replays live in ``Plan.reuse`` (shared by the plan cache's shallow copies, never pickled),
-so they go when the plan leaves the cache.
+The replays live in ``Plan.reuse`` (shared by the plan cache's shallow copies, never pickled)
+and refer to neither the plan nor its ops, so they go with the plan, without the cyclic
+collector's help.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,7 +38,7 @@ from foldexp.blocks.internal import Op
 from foldexp.compiler.schedule import Plan
 from foldexp.executor.calls import allocate, call_op, dense_route, outputs
 
-__all__ = ["MAX_BYTES", "Replay", "take_replay"]
+__all__ = ["MAX_BYTES", "Replay", "plan_bytes", "run_kept"]
 
 # A kept replay holds its buffers for as long as the plan stays cached (64 plans at most, by
 # default); the per-call costs it saves matter for small batches, where they are a large share.
@@ -39,17 +46,19 @@ MAX_BYTES = 1 << 20
 
 
 class Replay:
-    """A plan's buffers on one device, and each group's reads, arguments and output rows."""
+    """A plan's buffers, and each group's reads, arguments and output rows."""
 
-    def __init__(
-        self, plan: Plan, ops: Sequence[Op], device: torch.device, pool: list[Replay]
-    ) -> None:
-        self.plan, self.ops, self.device, self.pool = plan, ops, device, pool
-        self.bufs = allocate(plan, device)
-        self.steps: list[tuple[Op, list[tuple[Any, ...]], list[Any], list[torch.Tensor]]] = []
+    def __init__(self, plan: Plan, arity: Sequence[int]) -> None:
+        self.bufs = allocate(plan, torch.device("cpu"))
+        self.constants = [
+            (buf[: len(const)], const)
+            for buf, const in zip(self.bufs, plan.constants)
+            if const is not None
+        ]
+        self.steps: list[tuple[int, list[tuple[Any, ...]], list[Any], list[torch.Tensor]]] = []
         for g in plan.groups:
             gathers: list[tuple[Any, ...]] = []
-            args: list[Any] = [None] * len(ops[g.op].in_types)
+            args: list[Any] = [None] * arity[g.op]
             for ga in g.gathers:
                 buf = self.bufs[ga.tid]
                 if isinstance(ga.rows, slice):
@@ -64,50 +73,61 @@ class Replay:
                 for pos, part in zip(ga.positions, parts):
                     args[pos] = part
             rows = [self.bufs[tid][start:end] for tid, start, end in g.outs]
-            self.steps.append((ops[g.op], gathers, args, rows))
+            self.steps.append((g.op, gathers, args, rows))
 
-    @property
-    def nbytes(self) -> int:
-        blocks = [b for _, gathers, _, _ in self.steps for _, _, b in gathers]
-        return sum(t.numel() * t.element_size() for t in [*self.bufs, *blocks])
-
-    def run(self) -> list[torch.Tensor]:
-        """The plan's outputs, as ``execute`` returns them without gradients; the replay goes
-        back to its pool at the end."""
-        try:
-            with dense_route(self.device):
-                for op, gathers, args, rows in self.steps:
-                    for buf, index, block in gathers:
-                        torch.index_select(buf, 0, index, out=block)
-                    # A fresh list: the op may change the one it is given.
-                    for row, out in zip(rows, call_op(op, list(args))):
+    def run(self, plan: Plan, ops: Sequence[Op]) -> list[torch.Tensor]:
+        """The plan's outputs, as ``execute`` returns them without gradients."""
+        for rows, const in self.constants:
+            rows.copy_(const)
+        with dense_route(_CPU):
+            for i, gathers, args, rows in self.steps:
+                for buf, index, block in gathers:
+                    torch.index_select(buf, 0, index, out=block)
+                # A fresh list: the op may change the one it is given.
+                for row, out in zip(rows, call_op(ops[i], list(args))):
+                    try:
                         row.copy_(out)
-            return outputs(self.plan, self.bufs)
-        finally:
-            self.pool.append(self)
+                    except (RuntimeError, TypeError):  # what only slice assignment takes:
+                        row[...] = out  # (1, n) into n rows
+        return outputs(plan, self.bufs)
 
 
-def take_replay(plan: Plan, ops: Sequence[Op], device: torch.device) -> Replay | None:
-    """A replay of ``plan`` to run now (it goes back to the plan's pool when its run ends), or
-    ``None`` where the plan is run fresh: gradients on, its first run, or a large plan."""
+_CPU = torch.device("cpu")
+
+
+def run_kept(plan: Plan, ops: Sequence[Op], device: torch.device) -> list[torch.Tensor] | None:
+    """The plan's outputs, run by one of its replays (taken from the plan's pool and given
+    back), or ``None`` where the plan is to be run fresh: gradients on, not on CPU, its first
+    run, or a large plan."""
     state = plan.reuse
-    if torch.is_grad_enabled() or state.get("too_large"):
+    if torch.is_grad_enabled() or device.type != "cpu" or state.get("too_large"):
         return None
     if not state.get("ran"):
         state["ran"] = True
         return None
-    pool: list[Replay] = state.setdefault("pool", [])
+    pools: dict[bool, list[Replay]] = state.setdefault("pools", {})
+    pool = pools.setdefault(torch.is_inference_mode_enabled(), [])
     try:
         replay = pool.pop()  # atomic: two threads never get the same replay
     except IndexError:
-        replay = Replay(plan, ops, device, pool)
-        if replay.nbytes > MAX_BYTES:
+        if plan_bytes(plan) > MAX_BYTES:
             state["too_large"] = True
             return None
-    if replay.device != device or not _same(replay.ops, ops):
-        return None  # another device or op list than it was made for: dropped, run fresh
-    return replay
+        replay = Replay(plan, [len(op.in_types) for op in ops])
+    try:
+        return replay.run(plan, ops)
+    finally:
+        pool.append(replay)
 
 
-def _same(a: Sequence[Op], b: Sequence[Op]) -> bool:
-    return a is b or (len(a) == len(b) and all(x is y for x, y in zip(a, b)))
+def plan_bytes(plan: Plan) -> int:
+    """The bytes a replay of ``plan`` holds: its buffers and its gathered blocks."""
+    row_bytes = [
+        math.prod(t.shape) * torch.empty((), dtype=t.dtype).element_size() for t in plan.types
+    ]
+    total = sum(n * b for n, b in zip(plan.rows_per_type, row_bytes))
+    for g in plan.groups:
+        for ga in g.gathers:
+            if not isinstance(ga.rows, slice):
+                total += len(ga.rows) * row_bytes[ga.tid]
+    return total

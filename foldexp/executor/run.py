@@ -43,7 +43,7 @@ import torch
 from foldexp.blocks.internal import Op
 from foldexp.compiler.schedule import Group, Index, Plan
 from foldexp.executor.calls import allocate, call_op, dense_route, outputs, read
-from foldexp.executor.replay import take_replay
+from foldexp.executor.replay import run_kept
 from foldexp.kernels import WeightGradients, collecting_weight_gradients
 from foldexp.kernels.scatter import NATIVE_ELEMENTS, index_add_parts
 
@@ -113,9 +113,9 @@ def _arguments(
 
 
 def _run_no_grad(plan: Plan, ops: Sequence[Op], device: torch.device) -> list[torch.Tensor]:
-    replay = take_replay(plan, ops, device)
-    if replay is not None:
-        return replay.run()
+    kept = run_kept(plan, ops, device)
+    if kept is not None:
+        return kept
     bufs = allocate(plan, device)
     with dense_route(device):
         for g in plan.groups:

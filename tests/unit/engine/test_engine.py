@@ -193,3 +193,16 @@ def test_a_second_backward_through_one_execution_is_named(rng) -> None:
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="backpropagated once"):
         loss.backward()
+
+
+def test_device_is_the_first_parameters_device() -> None:
+    # ``Compiler.device`` reads the first layer's own parameter where it has one, else walks
+    # ``parameters()``: either way the device of the first parameter in their order.
+    cell = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    head = torch.nn.Linear(4, 2)
+    block = fb.Map(fb.Vector(4) >> fb.Function(cell)) >> fb.Sum() >> fb.Function(head)
+    model = Compiler(block)
+    cell.to("meta")
+    assert model.device == next(model.parameters()).device == torch.device("meta")
+    model.to_empty(device="cpu")
+    assert model.device == torch.device("cpu")

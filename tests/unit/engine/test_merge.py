@@ -103,6 +103,22 @@ def test_dropout_added_or_switched_after_compiling_is_seen() -> None:
     assert compiler.build(words).num_merged == 0
 
 
+@pytest.mark.parametrize("how", ["insert", "modules"])
+def test_dropout_put_in_past_the_registration_hook_is_seen(how: str) -> None:
+    # ``Sequential.insert`` and writes into ``_modules`` call no registration hook; the op
+    # notices its modules' submodule counts changed.
+    cell = nn.Sequential(nn.Linear(8, 8))
+    block = fb.Map(fb.Scalar("int64") >> fb.Function(nn.Embedding(4, 8)) >> fb.Function(cell))
+    compiler = Compiler(block >> fb.Sum())
+    words = [[1, 1, 1, 1], [1, 2]]
+    assert compiler.build(words).num_merged > 0
+    if how == "insert":
+        cell.insert(0, nn.Dropout(0.5))
+    else:
+        cell._modules["1"] = nn.Dropout(0.5)
+    assert compiler.build(words).num_merged == 0
+
+
 def test_function_declared_random_is_never_merged() -> None:
     noisy = fb.Function(lambda x: x + torch.rand_like(x), random=True)
     compiler = Compiler(fb.Map(fb.Scalar() >> noisy) >> fb.Sum())

@@ -4,8 +4,10 @@ and gradients, large plans and pickled plans never see one."""
 
 from __future__ import annotations
 
+import gc
 import pickle
 import threading
+import weakref
 
 import torch
 
@@ -20,6 +22,11 @@ def _trees(rng, n: int) -> list:
     return [random_tree(int(k), 50, rng) for k in rng.integers(1, 20, size=n)]
 
 
+def _pool(plan) -> list:
+    """The plan's replays outside inference mode."""
+    return plan.reuse.get("pools", {}).get(False, [])
+
+
 def _model() -> Compiler:
     torch.manual_seed(0)
     return Compiler(tree_lstm_classifier(50, 8, 8, 5), cache_traces=True)
@@ -31,9 +38,9 @@ def test_runs_again_give_what_a_fresh_run_gives(rng) -> None:
     plan = model.build(trees)
     with torch.no_grad():
         fresh = model.run(plan)  # the first run is fresh
-        assert plan.reuse.get("pool") is None
+        assert not _pool(plan)
         again = [model.run(plan) for _ in range(3)]
-        pool = plan.reuse["pool"]
+        pool = _pool(plan)
         assert len(pool) == 1
         # Each run is the earlier fresh run's outputs, bitwise, and nothing returned is
         # overwritten by the runs after it.
@@ -52,7 +59,7 @@ def test_plans_served_from_the_cache_share_their_replays(rng) -> None:
     for out in outs[1:]:
         torch.testing.assert_close(out, outs[0], rtol=0, atol=0)
     plan = model.build(trees)
-    assert len(plan.reuse["pool"]) == 1  # one replay, made on the second served run
+    assert len(_pool(plan)) == 1  # one replay, made on the second served run
 
 
 def test_changed_parameters_are_read_at_every_run(rng) -> None:
@@ -89,7 +96,7 @@ def test_a_plan_over_the_size_limit_is_never_kept(rng, monkeypatch) -> None:
     plan = model.build(trees)
     with torch.no_grad():
         first = [model.run(plan) for _ in range(3)]
-    assert plan.reuse.get("too_large") and not plan.reuse.get("pool")
+    assert plan.reuse.get("too_large") and not _pool(plan)
     torch.testing.assert_close(first[2], first[0], rtol=0, atol=0)
 
 
@@ -119,7 +126,7 @@ def test_threads_running_one_plan_each_get_their_own(rng) -> None:
     assert len(results) == 80
     for r in results:
         torch.testing.assert_close(r, expected, rtol=0, atol=0)
-    assert 1 <= len(plan.reuse["pool"]) <= 4
+    assert 1 <= len(_pool(plan)) <= 4
 
 
 def test_a_pickled_plan_carries_no_replay(rng) -> None:
@@ -128,7 +135,7 @@ def test_a_pickled_plan_carries_no_replay(rng) -> None:
     plan = model.build(trees)
     with torch.no_grad():
         model.run(plan), model.run(plan)
-    assert plan.reuse["pool"]
+    assert _pool(plan)
     copy = pickle.loads(pickle.dumps(plan))
     assert copy.reuse == {}
     with torch.no_grad():
@@ -156,3 +163,67 @@ def test_an_op_returning_a_python_number() -> None:
     with torch.no_grad():
         for _ in range(3):
             torch.testing.assert_close(model.run(plan), torch.tensor([7.0, 7.0]))
+
+
+def _doubled(xs: list[list[float]]) -> tuple[Compiler, object]:
+    model = Compiler(
+        fb.Map(fb.Scalar() >> fb.Function(lambda x: x.unsqueeze(-1) * 2.0)) >> fb.Sum()
+    )
+    return model, model.build(xs)
+
+
+def test_an_op_changing_its_arguments_in_place_changes_no_later_run() -> None:
+    # The constants are the op's arguments here (a free view of their rows): a replay copies
+    # them in again at every run, as a fresh run does.
+    block = fb.Map(fb.Scalar() >> fb.Function(lambda x: x.mul_(2.0).unsqueeze(-1))) >> fb.Sum()
+    model = Compiler(block)
+    plan = model.build([[1.0, 2.0], [3.0]])
+    with torch.no_grad():
+        for _ in range(4):
+            torch.testing.assert_close(model.run(plan), torch.tensor([[6.0], [6.0]]))
+
+
+def test_inference_mode_and_no_grad_keep_replays_apart() -> None:
+    model, plan = _doubled([[1.0, 2.0], [3.0]])
+    for mode in (torch.inference_mode, torch.inference_mode, torch.no_grad, torch.no_grad):
+        with mode():
+            torch.testing.assert_close(model.run(plan), torch.tensor([[6.0], [6.0]]))
+    assert set(plan.reuse["pools"]) == {True, False}  # type: ignore[attr-defined]
+
+
+def test_an_output_with_a_leading_unit_dimension_is_written_as_before() -> None:
+    # Slice assignment takes (1, n) into n rows; a replay's copy falls back to it.
+    double = fb.Function(lambda x: (x * 2.0).unsqueeze(0), output_type=fb.TensorType(()))
+    model = Compiler(fb.Map(fb.Scalar() >> double) >> fb.Sum())
+    plan = model.build([[1.0, 2.0], [3.0]])
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(model.run(plan), torch.tensor([6.0, 6.0]))
+
+
+def test_a_dropped_plan_frees_its_replays_without_the_cycle_collector() -> None:
+    model, plan = _doubled([[1.0, 2.0], [3.0]])
+    with torch.no_grad():
+        model.run(plan), model.run(plan), model.run(plan)
+    assert _pool(plan)
+    buf = weakref.ref(_pool(plan)[0].bufs[0])
+    gc.disable()
+    try:
+        del plan
+        assert buf() is None
+    finally:
+        gc.enable()
+
+
+def test_a_kept_plan_does_not_keep_the_model_alive() -> None:
+    lin = torch.nn.Linear(1, 1)
+    model = Compiler(
+        fb.Map(fb.Scalar() >> fb.Function(lambda x: x.unsqueeze(-1)) >> lin) >> fb.Sum()
+    )
+    plan = model.build([[1.0, 2.0]])
+    with torch.no_grad():
+        model.run(plan), model.run(plan)
+    alive = weakref.ref(lin)
+    del model, lin
+    gc.collect()
+    assert alive() is None and _pool(plan)
