@@ -44,12 +44,14 @@ __all__ = ["MAX_BYTES", "Replay", "plan_bytes", "run_kept"]
 # default); the per-call costs it saves matter for small batches, where they are a large share.
 MAX_BYTES = 1 << 20
 
+_CPU = torch.device("cpu")
+
 
 class Replay:
     """A plan's buffers, and each group's reads, arguments and output rows."""
 
     def __init__(self, plan: Plan, arity: Sequence[int]) -> None:
-        self.bufs = allocate(plan, torch.device("cpu"))
+        self.bufs = allocate(plan, _CPU)
         self.constants = [
             (buf[: len(const)], const)
             for buf, const in zip(self.bufs, plan.constants)
@@ -92,9 +94,6 @@ class Replay:
         return outputs(plan, self.bufs)
 
 
-_CPU = torch.device("cpu")
-
-
 def run_kept(plan: Plan, ops: Sequence[Op], device: torch.device) -> list[torch.Tensor] | None:
     """The plan's outputs, run by one of its replays (taken from the plan's pool and given
     back), or ``None`` where the plan is to be run fresh: gradients on, not on CPU, its first
@@ -122,9 +121,7 @@ def run_kept(plan: Plan, ops: Sequence[Op], device: torch.device) -> list[torch.
 
 def plan_bytes(plan: Plan) -> int:
     """The bytes a replay of ``plan`` holds: its buffers and its gathered blocks."""
-    row_bytes = [
-        math.prod(t.shape) * torch.empty((), dtype=t.dtype).element_size() for t in plan.types
-    ]
+    row_bytes = [math.prod(t.shape) * t.dtype.itemsize for t in plan.types]
     total = sum(n * b for n, b in zip(plan.rows_per_type, row_bytes))
     for g in plan.groups:
         for ga in g.gathers:

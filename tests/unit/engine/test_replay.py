@@ -8,6 +8,7 @@ import gc
 import pickle
 import threading
 import weakref
+from typing import Any
 
 import torch
 
@@ -30,6 +31,17 @@ def _pool(plan) -> list:
 def _model() -> Compiler:
     torch.manual_seed(0)
     return Compiler(tree_lstm_classifier(50, 8, 8, 5), cache_traces=True)
+
+
+def _replayed(rng, n: int) -> tuple[Compiler, list, Any]:
+    """A model, a batch and its plan, run twice without gradients: a replay is in its pool."""
+    model = _model()
+    trees = _trees(rng, n)
+    plan = model.build(trees)
+    with torch.no_grad():
+        model.run(plan), model.run(plan)
+    assert _pool(plan)
+    return model, trees, plan
 
 
 def test_runs_again_give_what_a_fresh_run_gives(rng) -> None:
@@ -63,11 +75,8 @@ def test_plans_served_from_the_cache_share_their_replays(rng) -> None:
 
 
 def test_changed_parameters_are_read_at_every_run(rng) -> None:
-    model = _model()
-    trees = _trees(rng, 3)
-    plan = model.build(trees)
+    model, trees, plan = _replayed(rng, 3)
     with torch.no_grad():
-        model.run(plan), model.run(plan)
         for p in model.parameters():
             p.mul_(0.5)
         served = model.run(plan)
@@ -76,11 +85,7 @@ def test_changed_parameters_are_read_at_every_run(rng) -> None:
 
 
 def test_gradients_run_fresh_and_agree(rng) -> None:
-    model = _model()
-    trees = _trees(rng, 3)
-    plan = model.build(trees)
-    with torch.no_grad():
-        model.run(plan), model.run(plan)
+    model, _, plan = _replayed(rng, 3)
     out = model.run(plan)
     assert out.requires_grad
     out.sum().backward()
@@ -130,12 +135,7 @@ def test_threads_running_one_plan_each_get_their_own(rng) -> None:
 
 
 def test_a_pickled_plan_carries_no_replay(rng) -> None:
-    model = _model()
-    trees = _trees(rng, 3)
-    plan = model.build(trees)
-    with torch.no_grad():
-        model.run(plan), model.run(plan)
-    assert _pool(plan)
+    model, _, plan = _replayed(rng, 3)
     copy = pickle.loads(pickle.dumps(plan))
     assert copy.reuse == {}
     with torch.no_grad():
