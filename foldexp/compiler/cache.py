@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -252,7 +252,7 @@ class PlanCache:
                 return None
             self._plans.move_to_end(key)
             self.hits += 1
-        return replace(plan)
+        return plan.copy()
 
     def put(self, inputs: Sequence[Any], merge: tuple[bool, ...], plan: Plan) -> None:
         """Records a newly built batch; keeps its plan if the batch was seen before."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -78,6 +79,12 @@ class Plan:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "reuse": {}}
 
+    def copy(self) -> Plan:
+        """A shallow copy: the same groups and the same ``reuse``, timings of its own."""
+        new = object.__new__(Plan)
+        new.__dict__.update(self.__dict__)
+        return new
+
     def to(self, device: torch.device) -> Plan:
         """A copy whose row indices live on ``device`` (constants move when buffers are made)."""
         if device.type == "cpu":
@@ -109,17 +116,17 @@ class Plan:
         """Operation calls per execution (one per group)."""
         return len(self.groups)
 
-    @property
+    @cached_property
     def num_nodes(self) -> int:
         """Operation invocations batched into those calls (merged ones included)."""
         return sum(g.count + g.merged for g in self.groups)
 
-    @property
+    @cached_property
     def num_merged(self) -> int:
         """Invocations not computed because an equal one was (see ``schedule``'s ``merge``)."""
         return sum(g.merged for g in self.groups)
 
-    @property
+    @cached_property
     def merged_ops(self) -> list[int]:
         """The ops some of whose invocations were merged: they must not be random when run."""
         return sorted({g.op for g in self.groups if g.merged})

@@ -115,3 +115,14 @@ def test_threads_building_with_one_compiler_get_the_right_plans(rng) -> None:
         list(pool.map(shared.build, batches))  # traces and plans kept from 4 threads at once
         for b in batches:
             torch.testing.assert_close(shared(b), fresh(b))
+
+
+def test_a_served_plan_is_a_copy_sharing_groups_and_replays(rng) -> None:
+    cached = Compiler(tree_lstm_classifier(50, 8, 8, 5), cache_traces=True)
+    trees = _trees(rng, 3)
+    cached.build(trees), cached.build(trees)
+    a, b = cached.build(trees), cached.build(trees)
+    assert a is not b and a.groups is b.groups and a.reuse is b.reuse
+    a.trace_seconds = 1.0  # type: ignore[attr-defined]
+    assert b.trace_seconds == 0.0  # type: ignore[attr-defined]
+    assert (a.num_nodes, a.num_merged, a.merged_ops) == (b.num_nodes, b.num_merged, b.merged_ops)
