@@ -121,6 +121,12 @@ class Op:
         self.id_limit, self.id_table = _lookup_table(fn)
         # (``_registrations`` when walked, each module with its submodule count, the random ones)
         self._random_cache: tuple[int, list[tuple[Any, int]], list[Any]] = (-1, [], [])
+        # What the executor keeps per op between calls (its pointwise fusion): a cache of this
+        # process's, never copied or pickled with the op.
+        self.runtime: dict[str, Any] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "runtime": {}}
 
     def check_ids(self, ids: torch.Tensor | int) -> None:
         """For an op looking ids up in a table (``id_limit`` rows): raises ``InputError`` for the

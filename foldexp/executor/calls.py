@@ -36,13 +36,11 @@ def call_op(op: Op, args: list[Any]) -> list[Any]:
         for part in parts:
             args = call_op(part, args)
         return args
-    # Kept on the op (an attribute read; a weak dictionary's lookup makes a weak reference at
-    # every call) and listed in ``fusions`` for whoever wants to see them all.
-    fusion = op.__dict__.get("_pointwise_fusion")
+    # Kept in the op's ``runtime`` (a weak dictionary's lookup makes a weak reference at every
+    # call) and listed in ``fusions`` for whoever wants to see them all.
+    fusion = op.runtime.get("fusion")
     if fusion is None:
-        fusion = op.__dict__["_pointwise_fusion"] = fusions[op] = PointwiseFusion(
-            [op.fn, op.module]
-        )
+        fusion = op.runtime["fusion"] = fusions[op] = PointwiseFusion([op.fn, op.module])
     if fusion.unfusable:
         return op.forward(args)
     return fusion(lambda *xs: op.forward(list(xs)), args)

@@ -227,3 +227,26 @@ def test_a_kept_plan_does_not_keep_the_model_alive() -> None:
     del model, lin
     gc.collect()
     assert alive() is None and _pool(plan)
+
+
+def test_a_copied_compiler_starts_without_the_originals_fusions() -> None:
+    # The executor's per-op state (the pointwise fusion, bound to the original's modules) is
+    # never copied: the copy makes its own on its first call.
+    import copy
+
+    class Cell(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(1, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.sigmoid(self.lin(x.unsqueeze(-1))) * 2.0 + 1.0
+
+    model = Compiler(fb.Map(fb.Scalar() >> fb.Function(Cell())) >> fb.Sum())
+    with torch.no_grad():
+        expected = model([[1.0, 2.0]])
+    assert any(op.runtime for op in model.ops)
+    twin = copy.deepcopy(model)
+    assert not any(op.runtime for op in twin.ops)
+    with torch.no_grad():
+        torch.testing.assert_close(twin([[1.0, 2.0]]), expected)
