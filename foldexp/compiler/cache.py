@@ -157,45 +157,44 @@ class TraceCache:
             entries = [self._get(block, ops, x, k, output_type) for k, x in enumerate(inputs)]
         bt = BatchTrace(ops)
         n_ops = len(ops)
+        # Each input's value ids start at its offset in the batch. The pieces are concatenated
+        # first and their offsets added once per array (``_shifted``): adding them input by input
+        # made a few small numpy calls per input (the peers' 256 trees: 3 ms of a 7 ms build).
+        sizes = np.fromiter((e.num_values for e in entries), np.int64, len(entries))
+        offsets = np.cumsum(sizes) - sizes
         depth: list[list[np.ndarray]] = [[] for _ in range(n_ops)]
-        first: list[list[np.ndarray]] = [[] for _ in range(n_ops)]
-        args: list[list[np.ndarray]] = [[] for _ in range(n_ops)]
-        cvids: list[list[np.ndarray]] = []
-        metric_vids: dict[str, list[np.ndarray]] = {}
-        metric_inputs: dict[str, list[np.ndarray]] = {}
-        outs = []
-        offset = 0
+        first: list[_Pieces] = [_Pieces() for _ in range(n_ops)]
+        args: list[_Pieces] = [_Pieces() for _ in range(n_ops)]
+        cvids: list[_Pieces] = []
+        metric_vids: dict[str, _Pieces] = {}
         for k, e in enumerate(entries):
             for lt, t in enumerate(e.types):
                 gt = bt.type_id(t)
                 if gt == len(cvids):
-                    cvids.append([])
+                    cvids.append(_Pieces())
                 if len(e.const_vids[lt]):
-                    cvids[gt].append(e.const_vids[lt] + offset)
+                    cvids[gt].add(e.const_vids[lt], k)
                     bt.const_payloads[gt].extend(e.const_payloads[lt])
             for i, d, f, a in e.ops:
                 depth[i].append(d)
-                first[i].append(f + offset)
-                args[i].append(a + offset)
+                first[i].add(f, k)
+                args[i].add(a, k)
             for name, vids in e.metrics.items():
-                metric_vids.setdefault(name, []).append(vids + offset)
-                metric_inputs.setdefault(name, []).append(np.full(len(vids), k, np.int64))
-            outs.append(e.out + offset)
-            offset += e.num_values
+                metric_vids.setdefault(name, _Pieces()).add(vids, k)
             bt.max_depth = max(bt.max_depth, e.max_depth)
-        bt.num_values = offset
-        cat = np.concatenate
-        bt.const_vids = [cat(v) if v else _EMPTY for v in cvids]
+        bt.num_values = int(sizes.sum())
+        bt.const_vids = [v.shifted(offsets) for v in cvids]
         for i in range(n_ops):
             if depth[i]:
-                bt.op_depth[i], bt.op_first[i], bt.op_args[i] = (
-                    cat(depth[i]),
-                    cat(first[i]),
-                    cat(args[i]),
-                )
-        bt.metrics = {n: (cat(metric_inputs[n]), cat(v)) for n, v in metric_vids.items()}
+                bt.op_depth[i] = np.concatenate(depth[i])
+                bt.op_first[i] = first[i].shifted(offsets)
+                bt.op_args[i] = args[i].shifted(offsets)
+        bt.metrics = {n: (v.owners(), v.shifted(offsets)) for n, v in metric_vids.items()}
         width = len(entries[0].out) if entries else 0
-        out_vids = np.stack(outs) if width else np.zeros((len(inputs), 0), np.int64)
+        if width:
+            out_vids = np.stack([e.out for e in entries]) + offsets[:, None]
+        else:
+            out_vids = np.zeros((len(inputs), 0), np.int64)
         return bt, out_vids
 
 
@@ -267,3 +266,27 @@ class PlanCache:
             self._plans.move_to_end(key)
             if len(self._plans) > self.size:
                 self._plans.popitem(last=False)
+
+
+class _Pieces:
+    """Arrays of value ids from several inputs, to be joined with each input's offset added."""
+
+    def __init__(self) -> None:
+        self.arrays: list[np.ndarray] = []
+        self.inputs: list[int] = []
+
+    def add(self, array: np.ndarray, k: int) -> None:
+        self.arrays.append(array)
+        self.inputs.append(k)
+
+    def owners(self) -> np.ndarray:
+        """For each joined element, the input it came from."""
+        lengths = [len(a) for a in self.arrays]
+        return np.repeat(np.asarray(self.inputs, np.int64), lengths)
+
+    def shifted(self, offsets: np.ndarray) -> np.ndarray:
+        if not self.arrays:
+            return _EMPTY
+        joined = np.concatenate(self.arrays)  # a new array: adding in place touches no input's
+        joined += offsets[self.owners()]
+        return joined
