@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -155,14 +157,33 @@ def test_module_is_nn_linear_with_the_same_state_dict() -> None:
 
 
 @needs_onednn
-def test_default_follows_the_cpu_vendor(monkeypatch: pytest.MonkeyPatch) -> None:
-    # MKL serves Intel CPUs at full speed; the route pays elsewhere (see the module doc).
-    for vendor, expected in [("GenuineIntel", False), ("AuthenticAMD", True), ("", False)]:
-        monkeypatch.setattr(linear_module, "_cpu_vendor", lambda v=vendor: v)
+def test_default_follows_the_cpu_vendor_and_family(monkeypatch: pytest.MonkeyPatch) -> None:
+    # MKL runs AMD CPUs at AVX2 speed, which costs only where AVX-512 is full width (Zen 5 on).
+    cases = [
+        (("GenuineIntel", 6), False),
+        (("AuthenticAMD", 25), False),
+        (("AuthenticAMD", 26), True),
+        (("AuthenticAMD", 27), True),
+        (("HygonGenuine", 26), False),
+        (("", 0), False),
+    ]
+    for identity, expected in cases:
+        monkeypatch.setattr(linear_module, "_cpu_identity", lambda i=identity: i)
         set_onednn_enabled(None)
-        assert onednn_enabled() is expected, vendor
+        assert onednn_enabled() is expected, identity
     set_onednn_enabled(False)
     assert not onednn_enabled()
+
+
+def test_cpu_identity_reads_the_first_processor(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n\n"
+        "processor\t: 1\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n"
+    )
+    assert linear_module._cpu_identity(str(info)) == ("AuthenticAMD", 26)
+    info.unlink()
+    assert linear_module._cpu_identity(str(info)) == ("", 0)
 
 
 @needs_onednn
