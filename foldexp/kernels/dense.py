@@ -3,10 +3,11 @@
 Why this exists: torch's CPU ``addmm``/``mm`` in float32 call MKL, which picks its kernels by CPU
 *vendor*; on AMD processors it runs at AVX2 speed even where the CPU has AVX-512. oneDNN, which
 torch ships as well (``torch.backends.mkldnn``), picks by CPU *features*. On the 2-core AMD EPYC
-machines this project is measured on (torch 2.13.0, 2 threads), a Tree-LSTM's gate matmul
-((N, 256) by (256, 640)) runs at ≈ 175 GFLOP/s through ``addmm`` and ≈ 350-400 through oneDNN;
-the input gradient gains as much, the weight gradient 1.6-2x (``benchmarks/onednn_linear.py``).
-Matmuls are most of a Tree-LSTM step, so this is the largest single speed-up the engine has.
+VM this project was first measured on (torch 2.13.0, 2 threads), a Tree-LSTM's gate matmul
+((N, 256) by (256, 640)) ran at ≈ 175 GFLOP/s through ``addmm`` and ≈ 350-400 through oneDNN;
+the input gradient gained as much, the weight gradient 1.6-2x (``benchmarks/onednn_linear.py``).
+Matmuls are most of a Tree-LSTM step, so there this is the largest single speed-up the engine
+has. (350-400 GFLOP/s on 2 cores takes full-width AVX-512 units: see "Which CPUs".)
 
 ``linear(x, weight, bias)`` computes ``F.linear(x, weight, bias)``. It takes the oneDNN route
 only where that route exists and pays: a CPU float32 input of at least ``MIN_ROWS`` rows, and a
@@ -35,9 +36,10 @@ run at half the CPU's rate, on Zen 4 (family 25, AVX-512 executed as two 256-bit
 already run at its full rate. The route is therefore on by default only on AMD CPUs of family 26
 or later. On a 2-core AMD EPYC of family 25 (Zen 4), the gate layer ran at 180-200 GFLOP/s both
 ways, oneDNN's weight gradient 0.8-0.9x MKL's, and the padding copies made the peers' Tree-LSTM
-step 1,510-1,640 trees/s through oneDNN against 1,780-1,890 through MKL; on a 2-core Intel Xeon
-(AVX-512) 1,264 against 1,501. ``set_onednn_enabled(True/False)`` (``device.onednn``) overrides
-the choice; ``None`` restores it.
+step 1,490-1,680 trees/s through oneDNN against 1,680-1,890 through MKL (SST's epoch 8.3-8.7
+against 6.5-7.5 s); on a 2-core Intel Xeon (AVX-512) 1,264 against 1,501.
+``set_onednn_enabled(True/False)`` (``device.onednn``) overrides the choice; ``None`` restores
+it.
 
 Layers foldexp did not write. ``routed_linears()`` is a ``TorchFunctionMode`` under which every
 ``torch.nn.functional.linear`` call -- a user's plain ``nn.Linear`` included -- goes through
