@@ -30,16 +30,16 @@ keep their default size (1024 shapes; ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` and to
 Table 1's grid of cases, whose shapes all differ, then evicted its own kernels.
 ``python benchmarks/onednn_linear.py --vary LO HI`` measures a new row count at every call.
 
-Which CPUs. MKL's vendor dispatch is the whole reason for this route, and it costs only where
-the CPU's AVX-512 is full width: on AMD's Zen 5 (CPU family 26 and later) MKL's AVX2 kernels
-run at half the CPU's rate, on Zen 4 (family 25, AVX-512 executed as two 256-bit halves) they
-already run at its full rate. The route is therefore on by default only on AMD CPUs of family 26
-or later. On a 2-core AMD EPYC of family 25 (Zen 4), the gate layer ran at 180-200 GFLOP/s both
-ways, oneDNN's weight gradient 0.8-0.9x MKL's, and the padding copies made the peers' Tree-LSTM
-step 1,490-1,680 trees/s through oneDNN against 1,680-1,890 through MKL (SST's epoch 8.3-8.7
-against 6.5-7.5 s); on a 2-core Intel Xeon (AVX-512) 1,264 against 1,501.
-``set_onednn_enabled(True/False)`` (``device.onednn``) overrides the choice; ``None`` restores
-it.
+Which CPUs. MKL's vendor dispatch is the whole reason for this route, and it costs only where the
+CPU's AVX-512 is full width: on AMD's Zen 5 (CPU family 26 and later) MKL's AVX2 kernels run at
+half the CPU's rate, on Zen 4 (family 25, AVX-512 executed as two 256-bit halves) they already run
+at its full rate. The route is therefore on by default only on AMD CPUs of family 26 or later (Zen
+5's laptop parts split AVX-512 into 256-bit halves as Zen 4 does: there ``device.onednn=false`` is
+likely faster). On a 2-core AMD EPYC of family 25 (Zen 4), the gate layer ran at 180-200 GFLOP/s
+both ways, oneDNN's weight gradient 0.8-0.9x MKL's, and the padding copies made the peers'
+Tree-LSTM step 1,490-1,680 trees/s through oneDNN against 1,680-1,890 through MKL (SST's epoch
+8.3-8.7 against 6.5-7.5 s); on a 2-core Intel Xeon (AVX-512) 1,264 against 1,501.
+``set_onednn_enabled(True/False)`` (``device.onednn``) overrides the choice; ``None`` restores it.
 
 Layers foldexp did not write. ``routed_linears()`` is a ``TorchFunctionMode`` under which every
 ``torch.nn.functional.linear`` call -- a user's plain ``nn.Linear`` included -- goes through
