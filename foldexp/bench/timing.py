@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from foldexp.kernels.dense import cpu_vendor_family
 from foldexp.startup import default_threads
 
 __all__ = ["Env", "setup_env", "Stopwatch", "Case", "round_order", "run_interleaved", "repeats_for"]
@@ -54,7 +55,11 @@ def _machine() -> str:
                     break
     except OSError:
         pass
-    return f"{platform.node()} ({cpu}, {os.cpu_count()} cpus)"
+    # VMs often name only the line ("AMD EPYC"), whose generations differ in speed and in the
+    # dense route foldexp takes (foldexp/kernels/dense.py): the family tells them apart.
+    vendor, family = cpu_vendor_family()
+    generation = f", {vendor} family {family}" if vendor else ""
+    return f"{platform.node()} ({cpu}{generation}, {os.cpu_count()} cpus)"
 
 
 def setup_env(device: str, threads: int | None) -> Env:

@@ -62,6 +62,7 @@ from foldexp.kernels.deferred import DeferredLinear, accumulate_product, active_
 
 __all__ = [
     "Linear",
+    "cpu_vendor_family",
     "linear",
     "onednn_available",
     "onednn_enabled",
@@ -81,7 +82,7 @@ _AVAILABLE = bool(
 )
 
 
-def _cpu_identity(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, int]:
+def cpu_vendor_family(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, int]:
     """The first CPU's vendor id (``GenuineIntel``, ``AuthenticAMD``, ...) and family number,
     from ``cpuinfo``; ``("", 0)`` where unknown."""
     vendor, family = "", 0
@@ -108,7 +109,7 @@ FULL_WIDTH_AMD_FAMILY = 26
 def _pays_here() -> bool:
     """Whether the route is worth taking on this CPU: an AMD CPU of a full-width AVX-512
     family, which MKL runs at AVX2 speed."""
-    vendor, family = _cpu_identity()
+    vendor, family = cpu_vendor_family()
     return vendor == "AuthenticAMD" and family >= FULL_WIDTH_AMD_FAMILY
 
 

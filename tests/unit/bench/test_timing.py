@@ -3,8 +3,10 @@ cases compared in a ratio run under the same conditions, the allocator's include
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from foldexp.bench import timing
 from foldexp.bench.timing import Case, Stopwatch, run_interleaved
 
 
@@ -35,3 +37,11 @@ def test_budget_stops_repeats_but_not_before_the_minimum() -> None:
         _recording_cases(calls), torch.device("cpu"), 0, repeats=50, budget_s=1e-9, min_repeats=2
     )
     assert len(calls) == 2 * 3
+
+
+def test_machine_names_the_cpu_family(monkeypatch: pytest.MonkeyPatch) -> None:
+    # VMs name only the line ("AMD EPYC"); its generations differ in speed and dense route.
+    monkeypatch.setattr(timing, "cpu_vendor_family", lambda: ("AuthenticAMD", 25))
+    assert "AuthenticAMD family 25" in timing._machine()
+    monkeypatch.setattr(timing, "cpu_vendor_family", lambda: ("", 0))
+    assert "family" not in timing._machine()

@@ -168,22 +168,22 @@ def test_default_follows_the_cpu_vendor_and_family(monkeypatch: pytest.MonkeyPat
         (("", 0), False),
     ]
     for identity, expected in cases:
-        monkeypatch.setattr(linear_module, "_cpu_identity", lambda i=identity: i)
+        monkeypatch.setattr(linear_module, "cpu_vendor_family", lambda i=identity: i)
         set_onednn_enabled(None)
         assert onednn_enabled() is expected, identity
     set_onednn_enabled(False)
     assert not onednn_enabled()
 
 
-def test_cpu_identity_reads_the_first_processor(tmp_path: Path) -> None:
+def test_cpu_vendor_family_reads_the_first_processor(tmp_path: Path) -> None:
     info = tmp_path / "cpuinfo"
     info.write_text(
         "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n\n"
         "processor\t: 1\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n"
     )
-    assert linear_module._cpu_identity(str(info)) == ("AuthenticAMD", 26)
+    assert linear_module.cpu_vendor_family(str(info)) == ("AuthenticAMD", 26)
     info.unlink()
-    assert linear_module._cpu_identity(str(info)) == ("", 0)
+    assert linear_module.cpu_vendor_family(str(info)) == ("", 0)
 
 
 @needs_onednn
