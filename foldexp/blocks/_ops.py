@@ -38,6 +38,14 @@ def _count_registration(module: Any, name: str, submodule: Any) -> None:
 register_module_module_registration_hook(_count_registration)
 
 
+def _global_forward_hooks() -> dict:
+    return getattr(torch.nn.modules.module, "_global_forward_hooks", {})
+
+
+def _global_forward_pre_hooks() -> dict:
+    return getattr(torch.nn.modules.module, "_global_forward_pre_hooks", {})
+
+
 def structure_flattener(t: Type) -> Callable[[Any], list[Any]]:
     """A fast function from a value of (nested) tuple type ``t`` to its flat list of tensors."""
     if isinstance(t, TensorType):
@@ -119,8 +127,11 @@ class Op:
         self._spread = isinstance(input_type, TupleType)
         # A lookup table reading its ids straight from the input: they are checked (``check_ids``).
         self.id_limit, self.id_table = _lookup_table(fn)
-        # (``_registrations`` when walked, each module with its submodule count, the random ones)
-        self._random_cache: tuple[int, list[tuple[Any, int]], list[Any]] = (-1, [], [])
+        # (``_registrations`` when walked, each module's submodules with their count, the
+        # modules, the random ones among them)
+        self._module_cache: tuple[int, list[tuple[Any, int]], list[Any], list[Any]] = (
+            -1, [], [], [],
+        )  # fmt: skip
         # What the executor keeps per op between calls (its pointwise fusion): a cache of this
         # process's, never copied or pickled with the op.
         self.runtime: dict[str, Any] = {}
@@ -162,27 +173,40 @@ class Op:
         """
         if self.random:
             return True
-        seen, tree, randoms = self._random_cache
-        if seen != _registrations[0]:
-            randoms = self._find_random_modules()
-        else:
-            for submodules, n in tree:
-                if len(submodules) != n:
-                    randoms = self._find_random_modules()
-                    break
-        for m in randoms:
+        for m in self._walk()[1]:
             if m.training and getattr(m, "p", 1.0) > 0:
                 return True
         return False
 
-    def _find_random_modules(self) -> list[Any]:
-        seen = _registrations[0]  # read first: a registration during the walk means walk again
-        root = self.fn if isinstance(self.fn, torch.nn.Module) else self.module
-        modules = [] if root is None else list(root.modules())
-        tree = [(m._modules, len(m._modules)) for m in modules]
-        randoms = [m for m in modules if isinstance(m, RANDOM_MODULES)]
-        self._random_cache = (seen, tree, randoms)  # one assignment: threads see all or none
-        return randoms
+    def has_forward_hooks(self) -> bool:
+        """Whether a forward hook or pre-hook is registered on a module in the op, or on every
+        module (``register_module_forward_hook``): a hook may keep the op's arguments, which a
+        kept plan's next run would rewrite (``executor/replay.py``)."""
+        if _global_forward_hooks() or _global_forward_pre_hooks():
+            return True
+        for m in self._walk()[0]:
+            if m._forward_hooks or m._forward_pre_hooks:
+                return True
+        return False
+
+    def _walk(self) -> tuple[list[Any], list[Any]]:
+        """The op's modules and the random ones among them, walked again only when a module
+        was registered anywhere since, or a submodule count of the op's changed."""
+        seen, tree, modules, randoms = self._module_cache
+        stale = seen != _registrations[0]
+        for submodules, n in tree:  # a loop, not any(): this runs at every build and run
+            if stale:
+                break
+            stale = len(submodules) != n
+        if stale:
+            seen = _registrations[0]  # read first: a registration during the walk, walk again
+            root = self.fn if isinstance(self.fn, torch.nn.Module) else self.module
+            modules = [] if root is None else list(root.modules())
+            tree = [(m._modules, len(m._modules)) for m in modules]
+            randoms = [m for m in modules if isinstance(m, RANDOM_MODULES)]
+            # One assignment: threads see all of it or none.
+            self._module_cache = (seen, tree, modules, randoms)
+        return modules, randoms
 
     def __repr__(self) -> str:
         return f"Op({self.name})"

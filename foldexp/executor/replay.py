@@ -14,8 +14,10 @@ back, so threads serving the same plan each get their own. What a run returns is
 out of the buffers (``calls.outputs``), so a later run never changes an earlier result. The
 constants are copied in again at every run, as a fresh run does, so an op that changes its
 arguments in place changes nothing the next run reads. Ops see the same kind of arguments as a
-fresh run (views of buffer rows, or gathered blocks); an op, or a hook, that keeps a reference
-to its arguments between calls would see them rewritten, as it would see any reused workspace.
+fresh run (views of buffer rows, or gathered blocks). A forward hook (or pre-hook) on a module
+of an op, or on every module, may keep the arguments it is shown, as feature extraction does:
+while one is registered the plan runs fresh. An op that keeps a reference to its arguments
+between calls by other means would see them rewritten, as it would see any reused workspace.
 Replays are CPU only: on CUDA a replay given back when the host is done could be taken by
 another stream while this one's kernels still read its buffers, which the caching allocator
 guards fresh runs against. Pools are kept apart by inference mode, whose tensors cannot be
@@ -96,11 +98,14 @@ class Replay:
 
 def run_kept(plan: Plan, ops: Sequence[Op], device: torch.device) -> list[torch.Tensor] | None:
     """The plan's outputs, run by one of its replays (taken from the plan's pool and given
-    back), or ``None`` where the plan is to be run fresh: gradients on, not on CPU, its first
-    run, or a large plan."""
+    back), or ``None`` where the plan is to be run fresh: gradients on, not on CPU, a forward
+    hook on a module of an op, its first run, or a large plan."""
     state = plan.reuse
     if torch.is_grad_enabled() or device.type != "cpu" or state.get("too_large"):
         return None
+    for op in ops:
+        if op.has_forward_hooks():  # it may keep arguments that a replay would rewrite
+            return None
     if not state.get("ran"):
         state["ran"] = True
         return None

@@ -250,3 +250,46 @@ def test_a_copied_compiler_starts_without_the_originals_fusions() -> None:
     assert not any(op.runtime for op in twin.ops)
     with torch.no_grad():
         torch.testing.assert_close(twin([[1.0, 2.0]]), expected)
+
+
+def test_a_forward_hook_keeping_arguments_sees_them_unchanged(rng) -> None:
+    # Feature extraction: a hook keeps the cell's inputs of each run. A replay would rewrite
+    # them at the next run; while a hook is registered the plan runs fresh.
+    model, trees, plan = _replayed(rng, 3)
+    cell = next(m for m in model.modules() if type(m).__name__ == "BinaryTreeLSTMCell")
+    kept: list = []
+    handle = cell.register_forward_hook(lambda mod, args, out: kept.append(args[0][0]))
+    with torch.no_grad():
+        model.run(plan)
+        first = [t.clone() for t in kept]
+        for p in model.parameters():
+            p.add_(0.5)  # the next run's cell inputs differ
+        model.run(plan)
+    assert kept[: len(first)] and not any(
+        torch.equal(a, b) for a, b in zip(first, kept[len(first) :])
+    )
+    for before, now in zip(first, kept):
+        torch.testing.assert_close(now, before, rtol=0, atol=0)
+    handle.remove()
+    taken = len(_pool(plan))
+    with torch.no_grad():
+        torch.nn.modules.module.register_module_forward_pre_hook(lambda mod, args: None).remove()
+        model.run(plan)
+    assert len(_pool(plan)) == taken  # replayed again once the hooks are gone (taken, given back)
+
+
+def test_a_global_forward_hook_runs_the_plan_fresh(rng, monkeypatch) -> None:
+    model, trees, plan = _replayed(rng, 2)
+    calls: list = []
+    real = replay.Replay.run
+    monkeypatch.setattr(replay.Replay, "run", lambda *a: calls.append(a) or real(*a))
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda mod, args, out: None)
+    try:
+        with torch.no_grad():
+            model.run(plan)
+    finally:
+        handle.remove()
+    assert not calls
+    with torch.no_grad():
+        model.run(plan)
+    assert calls
