@@ -73,7 +73,8 @@ class Compiler(nn.Module):
             the plan of a batch built twice (the same inputs in the same order: an evaluation
             split, a repeated request), which then costs neither. See
             ``foldexp/compiler/cache.py``. (Any plan run again without gradients, kept here or
-            by the caller, reuses its buffers: ``foldexp/executor/replay.py``.)
+            by the caller, reuses its buffers, unless a forward hook is registered on a
+            module of the model: ``foldexp/executor/replay.py``.)
         cache_plans: keep the plans of batches built twice, as above; ``None`` (the default):
             when ``cache_traces`` is on. ``False`` with ``cache_traces``: every batch is
             scheduled, as an epoch of shuffled batches is.
