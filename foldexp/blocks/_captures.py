@@ -22,7 +22,7 @@ import torch
 
 from foldexp.blocks._ops import RANDOM_MODULES
 
-__all__ = ["reached_state", "MAX_DEPTH"]
+__all__ = ["reached_state", "reached_modules", "MAX_DEPTH"]
 
 #: How many functions deep the search follows helpers (the function given is depth 0).
 MAX_DEPTH = 4
@@ -45,6 +45,33 @@ def reached_state(fn: Callable[..., Any], random: bool) -> list[str]:
         if what:
             found.append(f"{where} ({what})")
     return found
+
+
+def reached_modules(fn: Callable[..., Any]) -> list[torch.nn.Module]:
+    """The modules a plain ``fn`` reaches (those ``reached_state`` lets through: frozen, no
+    dropout), where it holds them as ``_hidden_state`` looks; empty for an ``nn.Module``."""
+    if isinstance(fn, torch.nn.Module):
+        return []
+    found: dict[int, torch.nn.Module] = {}
+    for _, obj in _reached(fn, depth=0, visited=set()):
+        for m in _modules_in(obj):
+            found.setdefault(id(m), m)
+    return list(found.values())
+
+
+def _modules_in(obj: Any) -> Iterator[torch.nn.Module]:
+    """The modules ``obj`` is or holds: lists, tuples and dicts one level in, and a plain
+    object's attributes."""
+    if isinstance(obj, torch.nn.Module):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        yield from (o for o in obj if isinstance(o, torch.nn.Module))
+    elif isinstance(obj, dict):
+        yield from (o for o in obj.values() if isinstance(o, torch.nn.Module))
+    elif _plain_object(obj):
+        for value in vars(obj).values():
+            if _state_like(value) and not isinstance(value, torch.Tensor):
+                yield from _modules_in(value)
 
 
 def _reached(fn: Any, depth: int, visited: set[int]) -> Iterator[tuple[str, Any]]:

@@ -48,6 +48,12 @@ class FusedOp(Op):
     def is_random(self) -> bool:
         return any(op.is_random() for op in self.parts)
 
+    def has_forward_hooks(self) -> bool:
+        for op in self.parts:  # a loop, not any(): a kept plan asks at every run
+            if op.has_forward_hooks():
+                return True
+        return False
+
     def parameters(self) -> list[torch.nn.Parameter]:
         seen: set[int] = set()
         params = []

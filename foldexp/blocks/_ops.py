@@ -102,6 +102,8 @@ class Op:
         name: shown in schedules.
         random: ``fn`` draws random numbers of its own (beyond ``nn.Module`` dropout, which is
             detected): its invocations are never merged (see ``is_random``).
+        reached: modules a plain ``fn`` calls without holding them as ``module`` (frozen ones
+            from its closure): their hooks count as the op's (``has_forward_hooks``).
     """
 
     def __init__(
@@ -112,9 +114,11 @@ class Op:
         module: torch.nn.Module | None,
         name: str,
         random: bool = False,
+        reached: Sequence[torch.nn.Module] = (),
     ) -> None:
         self.fn = fn
         self.random = random
+        self.reached = list(reached)
         self.input_type = input_type
         self.output_type = output_type
         self.module = module
@@ -127,9 +131,9 @@ class Op:
         self._spread = isinstance(input_type, TupleType)
         # A lookup table reading its ids straight from the input: they are checked (``check_ids``).
         self.id_limit, self.id_table = _lookup_table(fn)
-        # (``_registrations`` when walked, each module's submodules with their count, the
-        # modules, the random ones among them)
-        self._module_cache: tuple[int, list[tuple[Any, int]], list[Any], list[Any]] = (
+        # (``_registrations`` when walked, each module with its children then, the modules,
+        # the random ones among them)
+        self._module_cache: tuple[int, list[tuple[Any, list[Any]]], list[Any], list[Any]] = (
             -1, [], [], [],
         )  # fmt: skip
         # What the executor keeps per op between calls (its pointwise fusion): a cache of this
@@ -190,19 +194,24 @@ class Op:
         return False
 
     def _walk(self) -> tuple[list[Any], list[Any]]:
-        """The op's modules and the random ones among them, walked again only when a module
-        was registered anywhere since, or a submodule count of the op's changed."""
+        """The op's modules and the random ones among them, walked again when a module was
+        registered anywhere since or a module's children changed: ``Sequential.insert`` and
+        direct ``_modules`` writes (quantization's ``convert``) pass no registration hook, and
+        torch calls that hook before it stores the child."""
         seen, tree, modules, randoms = self._module_cache
         stale = seen != _registrations[0]
-        for submodules, n in tree:  # a loop, not any(): this runs at every build and run
+        for m, children in tree:  # a loop, not any(): this runs at every build and run
             if stale:
                 break
-            stale = len(submodules) != n
+            stale = list(m._modules.values()) != children  # identities first: cheap
         if stale:
             seen = _registrations[0]  # read first: a registration during the walk, walk again
-            root = self.fn if isinstance(self.fn, torch.nn.Module) else self.module
-            modules = [] if root is None else list(root.modules())
-            tree = [(m._modules, len(m._modules)) for m in modules]
+            roots = [self.fn if isinstance(self.fn, torch.nn.Module) else self.module]
+            modules = list(
+                {id(m): m for r in (*roots, *self.reached) if r is not None for m in r.modules()}
+                .values()
+            )  # fmt: skip
+            tree = [(m, list(m._modules.values())) for m in modules]
             randoms = [m for m in modules if isinstance(m, RANDOM_MODULES)]
             # One assignment: threads see all of it or none.
             self._module_cache = (seen, tree, modules, randoms)

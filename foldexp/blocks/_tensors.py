@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from foldexp.blocks._base import Block, InputError, Tracer, tuple_item_types
-from foldexp.blocks._captures import reached_state
+from foldexp.blocks._captures import reached_modules, reached_state
 from foldexp.blocks._ops import Op, structure_builder, structure_flattener
 from foldexp.types import (
     BroadcastSequenceType,
@@ -301,7 +301,8 @@ class Function(OpBlock):
                     ) from e
             out = _type_of_output(res, self.fn)
         module = self.fn if isinstance(self.fn, torch.nn.Module) else None
-        op = Op(self.fn, input_type, out, module, self.name or _fn_name(self.fn), self.random)
+        name = self.name or _fn_name(self.fn)
+        op = Op(self.fn, input_type, out, module, name, self.random, reached_modules(self.fn))
         return self._bind(op, input_type, out)
 
     def _repr_args(self) -> str:

@@ -15,8 +15,9 @@ out of the buffers (``calls.outputs``), so a later run never changes an earlier 
 constants are copied in again at every run, as a fresh run does, so an op that changes its
 arguments in place changes nothing the next run reads. Ops see the same kind of arguments as a
 fresh run (views of buffer rows, or gathered blocks). A forward hook (or pre-hook) on a module
-of an op, or on every module, may keep the arguments it is shown, as feature extraction does:
-while one is registered the plan runs fresh. An op that keeps a reference to its arguments
+of an op (one it holds, or a frozen one its plain function calls), or on every module, may keep
+the arguments it is shown, as feature extraction does: while one is registered the plan runs
+fresh (``Op.has_forward_hooks``). An op that keeps a reference to its arguments
 between calls by other means would see them rewritten, as it would see any reused workspace.
 Replays are CPU only: on CUDA a replay given back when the host is done could be taken by
 another stream while this one's kernels still read its buffers, which the caching allocator
@@ -103,8 +104,11 @@ def run_kept(plan: Plan, ops: Sequence[Op], device: torch.device) -> list[torch.
     state = plan.reuse
     if torch.is_grad_enabled() or device.type != "cpu" or state.get("too_large"):
         return None
-    for op in ops:
-        if op.has_forward_hooks():  # it may keep arguments that a replay would rewrite
+    used = state.get("ops")
+    if used is None:
+        used = state["ops"] = sorted({g.op for g in plan.groups})
+    for i in used:
+        if ops[i].has_forward_hooks():  # it may keep arguments that a replay would rewrite
             return None
     if not state.get("ran"):
         state["ran"] = True

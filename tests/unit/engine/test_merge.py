@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.nn.modules.module import register_module_module_registration_hook
 
 import foldexp.blocks as fb
 from foldexp import Compiler
@@ -103,19 +104,44 @@ def test_dropout_added_or_switched_after_compiling_is_seen() -> None:
     assert compiler.build(words).num_merged == 0
 
 
-@pytest.mark.parametrize("how", ["insert", "modules"])
+@pytest.mark.parametrize("how", ["insert", "modules", "swap", "dict"])
 def test_dropout_put_in_past_the_registration_hook_is_seen(how: str) -> None:
-    # ``Sequential.insert`` and writes into ``_modules`` call no registration hook; the op
-    # notices its modules' submodule counts changed.
-    cell = nn.Sequential(nn.Linear(8, 8))
+    # ``Sequential.insert`` and writes into ``_modules`` (quantization's ``convert`` swaps
+    # children so) call no registration hook; the op notices its modules' children changed,
+    # their count (insert, a new key) or not (a child replaced, the whole dict replaced).
+    cell = nn.Sequential(nn.Linear(8, 8), nn.Tanh())
     block = fb.Map(fb.Scalar("int64") >> fb.Function(nn.Embedding(4, 8)) >> fb.Function(cell))
     compiler = Compiler(block >> fb.Sum())
     words = [[1, 1, 1, 1], [1, 2]]
     assert compiler.build(words).num_merged > 0
     if how == "insert":
         cell.insert(0, nn.Dropout(0.5))
-    else:
+    elif how == "modules":
+        cell._modules["2"] = nn.Dropout(0.5)
+    elif how == "swap":
         cell._modules["1"] = nn.Dropout(0.5)
+    else:
+        cell._modules = {**cell._modules, "1": nn.Dropout(0.5)}
+    assert compiler.build(words).num_merged == 0
+
+
+def test_dropout_stored_after_its_registration_hook_ran_is_seen() -> None:
+    # torch calls the registration hook before it stores the child: a walk in between (another
+    # thread; here a hook registered after foldexp's) must not keep the old children.
+    cell = nn.Sequential(nn.Linear(8, 8), nn.Tanh())
+    block = fb.Map(fb.Scalar("int64") >> fb.Function(nn.Embedding(4, 8)) >> fb.Function(cell))
+    compiler = Compiler(block >> fb.Sum())
+    words = [[1, 1, 1, 1], [1, 2]]
+
+    def walk_now(module: nn.Module, name: str, submodule: nn.Module) -> None:
+        for op in compiler.ops:
+            op.is_random()
+
+    handle = register_module_module_registration_hook(walk_now)
+    try:
+        cell[1] = nn.Dropout(0.5)
+    finally:
+        handle.remove()
     assert compiler.build(words).num_merged == 0
 
 

@@ -293,3 +293,56 @@ def test_a_global_forward_hook_runs_the_plan_fresh(rng, monkeypatch) -> None:
     with torch.no_grad():
         model.run(plan)
     assert calls
+
+
+def test_a_hook_on_a_module_a_plain_function_calls_runs_the_plan_fresh() -> None:
+    # ``Function(lambda x: frozen(x))``: the op holds no module, but the hook on the frozen one
+    # it calls keeps that module's arguments all the same.
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(4, 8)
+    frozen = torch.nn.Linear(8, 8).requires_grad_(False)
+    model = Compiler(
+        fb.Map(fb.Scalar("int64") >> fb.Function(emb))
+        >> fb.Sum()
+        >> fb.Function(lambda x: frozen(x))
+        >> fb.Function(torch.nn.Linear(8, 2))
+    )
+    words = [[1, 2, 3], [0, 1]]
+    plan = model.build(words)
+    kept: list = []
+    frozen.register_forward_hook(lambda mod, args, out: kept.append(args[0]))
+    with torch.no_grad():
+        for _ in range(3):
+            model.run(plan)
+        first = [t.clone() for t in kept]
+        emb.weight.add_(1.0)
+        model.run(plan)
+    assert not _pool(plan)
+    for before, now in zip(first, kept):
+        torch.testing.assert_close(now, before, rtol=0, atol=0)
+
+
+def test_a_hook_on_a_child_swapped_in_past_the_registration_hook_is_seen(rng) -> None:
+    model, trees, plan = _replayed(rng, 2)
+    cell = next(m for m in model.modules() if type(m).__name__ == "BinaryTreeLSTMCell")
+    gates = torch.nn.Linear(cell.gates.in_features, cell.gates.out_features)
+    gates.register_forward_hook(lambda mod, args, out: None)
+    taken = len(_pool(plan))
+    cell._modules["gates"] = gates  # as quantization's convert swaps layers: no hook is called
+    assert any(op.has_forward_hooks() for op in model.ops)
+    with torch.no_grad():
+        model.run(plan)
+    assert len(_pool(plan)) == taken
+
+
+def test_a_fused_op_has_the_hooks_of_its_parts() -> None:
+    from foldexp.blocks._fusion import FusedOp
+
+    first, second = torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)
+    model = Compiler(fb.Function(first) >> fb.Function(second), input_type=fb.TensorType((4,)))
+    fused = [op for op in model.ops if isinstance(op, FusedOp)]
+    assert fused and not fused[0].has_forward_hooks()
+    handle = second.register_forward_pre_hook(lambda mod, args: None)
+    assert fused[0].has_forward_hooks()
+    handle.remove()
+    assert not fused[0].has_forward_hooks()
