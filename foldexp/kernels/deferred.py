@@ -45,6 +45,8 @@ _local = threading.local()
 
 
 Product = Callable[[torch.Tensor | None, torch.Tensor, torch.Tensor], torch.Tensor]
+# ``(x, dy)`` as a route read them for its own products (rows padded), or ``None``.
+Read = tuple[torch.Tensor, torch.Tensor] | None
 
 
 def accumulate_product(acc: torch.Tensor | None, dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -71,7 +73,12 @@ class _Slot:
         self.grad_w: torch.Tensor | None = None
         self.grad_b: torch.Tensor | None = None
 
-    def add(self, x: torch.Tensor, dy: torch.Tensor) -> None:
+    def add(self, x: torch.Tensor, dy: torch.Tensor, read: Read = None) -> None:
+        """Takes one call's rows. ``read``: ``(x, dy)`` as the layer's route read them (oneDNN
+        pads rows), multiplied as they are when these rows make a product alone."""
+        if read is not None and not self.xs and x.shape[0] >= FLUSH_ROWS:
+            self._multiply(*read, dy)  # alone: no concatenation, no second padding
+            return
         self.xs.append(x)
         self.dys.append(dy)
         self.rows += x.shape[0]
@@ -84,9 +91,14 @@ class _Slot:
         x = self.xs[0] if len(self.xs) == 1 else torch.cat(self.xs)
         dy = self.dys[0] if len(self.dys) == 1 else torch.cat(self.dys)
         self.xs, self.dys, self.rows = [], [], 0
+        self._multiply(x, dy, dy)
+
+    def _multiply(self, x: torch.Tensor, dy: torch.Tensor, dy_rows: torch.Tensor) -> None:
+        """Adds ``dyᵀ x`` to the weight's sum and ``dy_rows``' column sums to the bias's
+        (``dy`` may carry zero rows of padding, ``dy_rows`` is the same without them)."""
         self.grad_w = self.product(self.grad_w, dy, x)
         if self.bias is not None and self.bias.requires_grad:
-            db = dy.sum(0)
+            db = dy_rows.sum(0)
             self.grad_b = db if self.grad_b is None else self.grad_b.add_(db)
 
 
@@ -155,7 +167,8 @@ class DeferredLinear(torch.autograd.Function):
     The weight and bias are inputs, so the output requires a gradient whenever they do (even
     with an input that does not, as a frozen embedding's rows). In the sweep's own backward
     their gradients are ``None`` here and reach the parameters through the slot; in any other
-    they are returned here.
+    they are returned here. ``forward_fn(x, weight, bias)`` returns the product and ``x`` as
+    its route read it (``dense._linear_value``: rows padded for oneDNN, else ``None``).
     """
 
     @staticmethod
@@ -169,7 +182,11 @@ class DeferredLinear(torch.autograd.Function):
     ) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         ctx.slot, ctx.forward_fn = slot, forward_fn
-        return forward_fn(x, weight, bias)
+        y, x_read = forward_fn(x, weight, bias)
+        # Kept only for rows that will make a weight product alone (``_Slot.add``): the
+        # product then reads them as the forward did, without padding them again.
+        ctx.x_read = x_read if x_read is not None and x.shape[0] >= FLUSH_ROWS else None
+        return y
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
@@ -183,9 +200,11 @@ class DeferredLinear(torch.autograd.Function):
                 None,
                 None,
             )
-        dx = ctx.forward_fn(dy, weight.t(), None) if need_x else None
+        dx, dy_read = ctx.forward_fn(dy, weight.t(), None) if need_x else (None, None)
+        x_read, ctx.x_read = ctx.x_read, None
         slot = ctx.slot
         if slot.owner.accepting:
-            slot.add(x, dy)
+            read = None if x_read is None or dy_read is None else (x_read, dy_read)
+            slot.add(x, dy, read)
             return dx, None, None, None, None
         return dx, dy.t().mm(x) if need_w else None, dy.sum(0) if need_b else None, None, None

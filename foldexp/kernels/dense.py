@@ -206,16 +206,22 @@ def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     )
 
 
-def _linear_value(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear``'s value by the faster route, recording nothing for autograd."""
+def _linear_value(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``F.linear``'s value by the faster route, recording nothing for autograd; and ``x`` as
+    the route read it (rows padded for oneDNN, ``None`` for torch's own route), which a
+    deferred weight product of the same rows can read again instead of padding them anew."""
     if _use_onednn(x, weight):
-        return _mm(_pad_rows(x, padded_rows(x.shape[0])), _plain_2d(weight), bias)[: x.shape[0]]
-    return F.linear(x, weight, bias)
+        read = _pad_rows(x, padded_rows(x.shape[0]))
+        return _mm(read, _plain_2d(weight), bias)[: x.shape[0]], read
+    return F.linear(x, weight, bias), None
 
 
 def _weight_product(acc: torch.Tensor | None, dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``acc + dyᵀ x`` for a deferred weight gradient, through oneDNN where the route is on (as
-    ``_OneDnnLinear``'s backward computes it, rows padded so shapes compile once)."""
+    ``_OneDnnLinear``'s backward computes it, rows padded so shapes compile once; rows padded
+    already, as ``_linear_value`` read them, are not copied again)."""
     if not _use_onednn(x, dy):
         return accumulate_product(acc, dy, x)
     rows = padded_rows(x.shape[0])

@@ -106,9 +106,9 @@ def test_the_sweep_defers_the_cells_layer(monkeypatch, rng) -> None:
     calls: list[int] = []
     real_add = deferred._Slot.add
 
-    def counting_add(self, x, dy):  # type: ignore[no-untyped-def]
+    def counting_add(self, x, dy, read=None):  # type: ignore[no-untyped-def]
         calls.append(x.shape[0])
-        real_add(self, x, dy)
+        real_add(self, x, dy, read)
 
     monkeypatch.setattr(deferred._Slot, "add", counting_add)
     from foldexp import Compiler
@@ -186,8 +186,9 @@ def test_autocast_keeps_autograds_path() -> None:
 @pytest.mark.usefixtures("restore_onednn")
 @pytest.mark.parametrize("flush_rows", [1, 100, 10_000])
 def test_the_onednn_route_defers_through_onednn(monkeypatch, rng, flush_rows: int) -> None:
-    """Where dense layers take oneDNN (non-Intel CPUs by default), the deferred products do too
-    (rows padded, as that route's own backward): gradients equal autograd's through MKL."""
+    """Where dense layers take oneDNN (AMD's full-width AVX-512 CPUs by default), the deferred
+    products do too (rows padded, as that route's own backward): gradients equal autograd's
+    through MKL."""
     from foldexp import Compiler
     from foldexp.kernels import MIN_ROWS, set_onednn_enabled
 
@@ -203,3 +204,35 @@ def test_the_onednn_route_defers_through_onednn(monkeypatch, rng, flush_rows: in
         grads[route] = torch.autograd.grad(comp(inputs).pow(2).sum(), params)
     for a, b in zip(grads[True], grads[False]):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not __import__("foldexp").kernels.onednn_available(), reason="no oneDNN")
+@pytest.mark.usefixtures("restore_onednn")
+def test_rows_multiplied_alone_are_read_as_the_forward_padded_them(monkeypatch, rng) -> None:
+    """Through oneDNN, a call's rows that make a weight product alone are multiplied as the
+    forward and the input gradient padded them, not padded again: the same gradients, bitwise."""
+    from foldexp import Compiler
+    from foldexp.kernels import MIN_ROWS, set_onednn_enabled
+
+    set_onednn_enabled(True)
+    monkeypatch.setattr(deferred, "FLUSH_ROWS", MIN_ROWS)
+    torch.manual_seed(0)
+    comp = Compiler(fb.Map(fb.Vector(8) >> fb.FC(16) >> fb.FC(4)) >> fb.Sum())
+    inputs = [torch.randn(int(n), 8).tolist() for n in rng.integers(MIN_ROWS, 3 * MIN_ROWS, 4)]
+    params = list(comp.parameters())
+    real_add = deferred._Slot.add
+    reads: list[bool] = []
+
+    def add(self, x, dy, read=None, keep=True):  # type: ignore[no-untyped-def]
+        reads.append(read is not None)
+        real_add(self, x, dy, read if keep else None)
+
+    grads = {}
+    for keep in (True, False):
+        monkeypatch.setattr(
+            deferred._Slot, "add", lambda s, x, dy, r=None, k=keep: add(s, x, dy, r, k)
+        )
+        grads[keep] = torch.autograd.grad(comp(inputs).pow(2).sum(), params)
+    assert any(reads)
+    for a, b in zip(grads[True], grads[False]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
