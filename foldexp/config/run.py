@@ -84,7 +84,8 @@ class DeviceConfig:
     # (foldexp/startup.py); 0 = torch's default
     threads: int | None = ranged(None, ge=0, le=MAX_THREADS, none_ok=True)
     # CPU float32 dense layers through oneDNN (foldexp/kernels/dense.py): null = where it pays
-    # (not on Intel CPUs, whose MKL is faster); true / false force it
+    # (AMD CPUs of family 26 on, whose full-width AVX-512 MKL leaves half idle); true / false
+    # force it
     onednn: bool | None = None
     # foldexp's C++ code: Tree-LSTM state updates (kernels/treelstm.py), dropout noise drawn
     # exactly as torch draws it (kernels/dropout_noise.py), tracing of the common blocks
