@@ -44,13 +44,14 @@ FLUSH_ROWS = 512
 _local = threading.local()
 
 
+# ``product(acc, dy, x)``: ``acc + dyᵀ x``; ``dy`` may have more rows than ``x``, zeros.
 Product = Callable[[torch.Tensor | None, torch.Tensor, torch.Tensor], torch.Tensor]
-# ``(x, dy)`` as a route read them for its own products (rows padded), or ``None``.
-Read = tuple[torch.Tensor, torch.Tensor] | None
 
 
 def accumulate_product(acc: torch.Tensor | None, dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``acc + dyᵀ x`` (``dyᵀ x`` when ``acc`` is ``None``), in place into ``acc``."""
+    """``acc + dyᵀ x`` (``dyᵀ x`` when ``acc`` is ``None``), in place into ``acc``; rows of
+    ``dy`` past ``x``'s (padding) are left out."""
+    dy = dy[: x.shape[0]]
     return torch.mm(dy.t(), x) if acc is None else acc.addmm_(dy.t(), x)
 
 
@@ -73,11 +74,11 @@ class _Slot:
         self.grad_w: torch.Tensor | None = None
         self.grad_b: torch.Tensor | None = None
 
-    def add(self, x: torch.Tensor, dy: torch.Tensor, read: Read = None) -> None:
-        """Takes one call's rows. ``read``: ``(x, dy)`` as the layer's route read them (oneDNN
-        pads rows), multiplied as they are when these rows make a product alone."""
-        if read is not None and not self.xs and x.shape[0] >= FLUSH_ROWS:
-            self._multiply(*read, dy)  # alone: no concatenation, no second padding
+    def add(self, x: torch.Tensor, dy: torch.Tensor, dy_read: torch.Tensor | None = None) -> None:
+        """Takes one call's rows. ``dy_read``: ``dy`` as the layer's route read it for the input
+        gradient (oneDNN pads rows), multiplied as it is when these rows make a product alone."""
+        if dy_read is not None and not self.xs and x.shape[0] >= FLUSH_ROWS:
+            self._multiply(x, dy_read, dy)  # alone: no concatenation, no second padding
             return
         self.xs.append(x)
         self.dys.append(dy)
@@ -95,7 +96,7 @@ class _Slot:
 
     def _multiply(self, x: torch.Tensor, dy: torch.Tensor, dy_rows: torch.Tensor) -> None:
         """Adds ``dyᵀ x`` to the weight's sum and ``dy_rows``' column sums to the bias's
-        (``dy`` may carry zero rows of padding, ``dy_rows`` is the same without them)."""
+        (``dy`` may carry zero rows of padding after ``x``'s, ``dy_rows`` is it without them)."""
         self.grad_w = self.product(self.grad_w, dy, x)
         if self.bias is not None and self.bias.requires_grad:
             db = dy_rows.sum(0)
@@ -182,11 +183,7 @@ class DeferredLinear(torch.autograd.Function):
     ) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         ctx.slot, ctx.forward_fn = slot, forward_fn
-        y, x_read = forward_fn(x, weight, bias)
-        # Kept only for rows that will make a weight product alone (``_Slot.add``): the
-        # product then reads them as the forward did, without padding them again.
-        ctx.x_read = x_read if x_read is not None and x.shape[0] >= FLUSH_ROWS else None
-        return y
+        return forward_fn(x, weight, bias)[0]
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
@@ -201,10 +198,8 @@ class DeferredLinear(torch.autograd.Function):
                 None,
             )
         dx, dy_read = ctx.forward_fn(dy, weight.t(), None) if need_x else (None, None)
-        x_read, ctx.x_read = ctx.x_read, None
         slot = ctx.slot
         if slot.owner.accepting:
-            read = None if x_read is None or dy_read is None else (x_read, dy_read)
-            slot.add(x, dy, read)
+            slot.add(x, dy, dy_read)
             return dx, None, None, None, None
         return dx, dy.t().mm(x) if need_w else None, dy.sum(0) if need_b else None, None, None

@@ -210,8 +210,8 @@ def _linear_value(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``F.linear``'s value by the faster route, recording nothing for autograd; and ``x`` as
-    the route read it (rows padded for oneDNN, ``None`` for torch's own route), which a
-    deferred weight product of the same rows can read again instead of padding them anew."""
+    the route read it (rows padded for oneDNN, ``None`` for torch's own route): the input
+    gradient's ``dy`` so read serves the deferred weight product without padding it anew."""
     if _use_onednn(x, weight):
         read = _pad_rows(x, padded_rows(x.shape[0]))
         return _mm(read, _plain_2d(weight), bias)[: x.shape[0]], read
@@ -220,8 +220,8 @@ def _linear_value(
 
 def _weight_product(acc: torch.Tensor | None, dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``acc + dyᵀ x`` for a deferred weight gradient, through oneDNN where the route is on (as
-    ``_OneDnnLinear``'s backward computes it, rows padded so shapes compile once; rows padded
-    already, as ``_linear_value`` read them, are not copied again)."""
+    ``_OneDnnLinear``'s backward computes it, rows padded so shapes compile once; a ``dy``
+    padded already, as ``_linear_value`` read it, is not copied again)."""
     if not _use_onednn(x, dy):
         return accumulate_product(acc, dy, x)
     rows = padded_rows(x.shape[0])

@@ -8,7 +8,9 @@ import threading
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 import foldexp.blocks as fb
 import foldexp.kernels.deferred as deferred
@@ -106,9 +108,9 @@ def test_the_sweep_defers_the_cells_layer(monkeypatch, rng) -> None:
     calls: list[int] = []
     real_add = deferred._Slot.add
 
-    def counting_add(self, x, dy, read=None):  # type: ignore[no-untyped-def]
+    def counting_add(self, x, dy, dy_read=None):  # type: ignore[no-untyped-def]
         calls.append(x.shape[0])
-        real_add(self, x, dy, read)
+        real_add(self, x, dy, dy_read)
 
     monkeypatch.setattr(deferred._Slot, "add", counting_add)
     from foldexp import Compiler
@@ -208,9 +210,9 @@ def test_the_onednn_route_defers_through_onednn(monkeypatch, rng, flush_rows: in
 
 @pytest.mark.skipif(not __import__("foldexp").kernels.onednn_available(), reason="no oneDNN")
 @pytest.mark.usefixtures("restore_onednn")
-def test_rows_multiplied_alone_are_read_as_the_forward_padded_them(monkeypatch, rng) -> None:
-    """Through oneDNN, a call's rows that make a weight product alone are multiplied as the
-    forward and the input gradient padded them, not padded again: the same gradients, bitwise."""
+def test_rows_multiplied_alone_are_read_as_the_input_gradient_padded_them(monkeypatch, rng) -> None:
+    """Through oneDNN, the output gradient of a call whose rows make a weight product alone is
+    multiplied as the input gradient padded it, not padded again: the same gradients, bitwise."""
     from foldexp import Compiler
     from foldexp.kernels import MIN_ROWS, set_onednn_enabled
 
@@ -223,9 +225,9 @@ def test_rows_multiplied_alone_are_read_as_the_forward_padded_them(monkeypatch, 
     real_add = deferred._Slot.add
     reads: list[bool] = []
 
-    def add(self, x, dy, read=None, keep=True):  # type: ignore[no-untyped-def]
-        reads.append(read is not None)
-        real_add(self, x, dy, read if keep else None)
+    def add(self, x, dy, dy_read=None, keep=True):  # type: ignore[no-untyped-def]
+        reads.append(dy_read is not None)
+        real_add(self, x, dy, dy_read if keep else None)
 
     grads = {}
     for keep in (True, False):
@@ -236,3 +238,36 @@ def test_rows_multiplied_alone_are_read_as_the_forward_padded_them(monkeypatch, 
     assert any(reads)
     for a, b in zip(grads[True], grads[False]):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not __import__("foldexp").kernels.onednn_available(), reason="no oneDNN")
+@pytest.mark.usefixtures("restore_onednn")
+def test_a_checkpointed_layer_defers_the_recomputed_rows() -> None:
+    """Under non-reentrant checkpointing the forward runs again in the backward (here with
+    another dropout mask): the deferred weight gradient reads the rows autograd saved, as
+    plain autograd does, not a copy kept from the first forward."""
+    from foldexp.kernels import set_onednn_enabled
+
+    set_onednn_enabled(True)
+    torch.manual_seed(0)
+    layer = Linear(64, 32)
+    x = torch.randn(600, 64, requires_grad=True)
+    gathered = WeightGradients(list(layer.parameters()))
+    weight = layer.weight.detach().clone().requires_grad_()
+    bias = layer.bias.detach().clone().requires_grad_()
+    runs = {
+        "deferred": lambda v: layer(F.dropout(v, 0.5, True)),
+        "autograd": lambda v: F.linear(F.dropout(v, 0.5, True), weight, bias),
+    }
+    grads = {}
+    for name, body in runs.items():
+        torch.manual_seed(1)
+        with collecting_weight_gradients(gathered if name == "deferred" else None):
+            y = checkpoint(body, x, use_reentrant=False, preserve_rng_state=False)
+        torch.manual_seed(2)  # the recomputation draws another mask
+        gathered.accepting = name == "deferred"
+        with collecting_weight_gradients(gathered if name == "deferred" else None):
+            wrt = list(layer.parameters()) if name == "deferred" else [weight]
+            got = torch.autograd.grad(y.sum(), wrt, allow_unused=True)
+        grads[name] = dict(gathered.gradients())[layer.weight] if name == "deferred" else got[0]
+    torch.testing.assert_close(grads["deferred"], grads["autograd"], rtol=1e-4, atol=1e-4)
