@@ -38,12 +38,10 @@ def _count_registration(module: Any, name: str, submodule: Any) -> None:
 register_module_module_registration_hook(_count_registration)
 
 
-def _global_forward_hooks() -> dict:
-    return getattr(torch.nn.modules.module, "_global_forward_hooks", {})
-
-
-def _global_forward_pre_hooks() -> dict:
-    return getattr(torch.nn.modules.module, "_global_forward_pre_hooks", {})
+# The hooks ``register_module_forward_hook`` / ``..._pre_hook`` put on every module: torch's own
+# dictionaries, which registering and removing change in place.
+_GLOBAL_FORWARD_HOOKS = getattr(torch.nn.modules.module, "_global_forward_hooks", {})
+_GLOBAL_FORWARD_PRE_HOOKS = getattr(torch.nn.modules.module, "_global_forward_pre_hooks", {})
 
 
 def structure_flattener(t: Type) -> Callable[[Any], list[Any]]:
@@ -186,7 +184,7 @@ class Op:
         """Whether a forward hook or pre-hook is registered on a module in the op, or on every
         module (``register_module_forward_hook``): a hook may keep the op's arguments, which a
         kept plan's next run would rewrite (``executor/replay.py``)."""
-        if _global_forward_hooks() or _global_forward_pre_hooks():
+        if _GLOBAL_FORWARD_HOOKS or _GLOBAL_FORWARD_PRE_HOOKS:
             return True
         for m in self._walk()[0]:
             if m._forward_hooks or m._forward_pre_hooks:
