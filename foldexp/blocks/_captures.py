@@ -60,18 +60,24 @@ def reached_modules(fn: Callable[..., Any]) -> list[torch.nn.Module]:
 
 
 def _modules_in(obj: Any) -> Iterator[torch.nn.Module]:
-    """The modules ``obj`` is or holds: lists, tuples and dicts one level in, and a plain
-    object's attributes."""
+    """The modules ``obj`` is or holds (``_parts``)."""
     if isinstance(obj, torch.nn.Module):
         yield obj
-    elif isinstance(obj, (list, tuple)):
-        yield from (o for o in obj if isinstance(o, torch.nn.Module))
+        return
+    for part in _parts(obj):
+        yield from _modules_in(part)
+
+
+def _parts(obj: Any) -> Iterator[Any]:
+    """What a container ``obj`` holds that may be state: a list's or tuple's items, a dict's
+    values, a plain object's module, tensor and container attributes (a method bound to a
+    plain class that keeps its layers as attributes); nothing for anything else."""
+    if isinstance(obj, (list, tuple)):
+        yield from obj
     elif isinstance(obj, dict):
-        yield from (o for o in obj.values() if isinstance(o, torch.nn.Module))
+        yield from obj.values()
     elif _plain_object(obj):
-        for value in vars(obj).values():
-            if _state_like(value) and not isinstance(value, torch.Tensor):
-                yield from _modules_in(value)
+        yield from (v for v in vars(obj).values() if _state_like(v))
 
 
 def _reached(fn: Any, depth: int, visited: set[int]) -> Iterator[tuple[str, Any]]:
@@ -114,11 +120,8 @@ def _held(fn: Any, depth: int, visited: set[int]) -> Iterator[tuple[str, Any]]:
 
 
 def _hidden_state(obj: Any, random: bool) -> str | None:
-    """What in ``obj`` the compiled model would miss, or ``None``; lists and dicts one level in."""
-    if isinstance(obj, (list, tuple)):
-        return next((w for w in (_hidden_state(o, random) for o in obj) if w), None)
-    if isinstance(obj, dict):
-        return next((w for w in (_hidden_state(o, random) for o in obj.values()) if w), None)
+    """What in ``obj`` the compiled model would miss, or ``None``; in a container, what its
+    parts hold (``_parts``)."""
     if isinstance(obj, torch.nn.Module):
         trainable = sum(p.numel() for p in obj.parameters() if p.requires_grad)
         if trainable:
@@ -134,11 +137,7 @@ def _hidden_state(obj: Any, random: bool) -> str | None:
             if obj.requires_grad
             else None
         )
-    if _plain_object(obj):
-        # A method bound to a plain class that keeps its layers as attributes.
-        held = (_hidden_state(v, random) for v in vars(obj).values() if _state_like(v))
-        return next((w for w in held if w), None)
-    return None
+    return next((w for w in (_hidden_state(p, random) for p in _parts(obj)) if w), None)
 
 
 def _state_like(value: Any) -> bool:
