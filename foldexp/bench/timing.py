@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from foldexp.kernels.dense import cpu_vendor_family
+from foldexp.kernels.native import cpu_fields, cpu_vendor_family
 from foldexp.startup import default_threads
 
 __all__ = ["Env", "setup_env", "Stopwatch", "Case", "round_order", "run_interleaved", "repeats_for"]
@@ -46,15 +46,7 @@ class Env:
 
 
 def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    cpu = cpu_fields().get("model name") or platform.processor() or platform.machine()
     # VMs often name only the line ("AMD EPYC"), whose generations differ in speed and in the
     # dense route foldexp takes (foldexp/kernels/dense.py): the family tells them apart.
     vendor, family = cpu_vendor_family()

@@ -59,6 +59,7 @@ from torch.autograd.function import once_differentiable
 from torch.overrides import TorchFunctionMode
 
 from foldexp.kernels.deferred import DeferredLinear, accumulate_product, active_collector
+from foldexp.kernels.native import cpu_vendor_family
 
 __all__ = [
     "Linear",
@@ -80,26 +81,6 @@ MIN_ROWS = 48
 _AVAILABLE = bool(
     torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 )
-
-
-def cpu_vendor_family(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, int]:
-    """The first CPU's vendor id (``GenuineIntel``, ``AuthenticAMD``, ...) and family number,
-    from ``cpuinfo``; ``("", 0)`` where unknown."""
-    vendor, family = "", 0
-    try:
-        with open(cpuinfo, encoding="ascii", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key, value = key.strip(), value.strip()
-                if key == "vendor_id":
-                    vendor = value
-                elif key == "cpu family" and value.isdigit():
-                    family = int(value)
-                elif not key and vendor:  # the first processor's block ends
-                    break
-    except OSError:
-        pass
-    return vendor, family
 
 
 # AMD's first family whose AVX-512 units are full width (Zen 5), where oneDNN pays.

@@ -46,6 +46,8 @@ __all__ = [
     "load_kernels",
     "build_failure",
     "build_and_open",
+    "cpu_fields",
+    "cpu_vendor_family",
     "native_code_allowed",
     "kernel_cache_dir",
     "private_dir",
@@ -107,6 +109,33 @@ def _cpu_identity() -> str:
     keep = [line for line in text.splitlines() if line.split(":")[0].strip() in
             ("model name", "flags", "Features", "CPU part")]  # fmt: skip
     return "\n".join(sorted(set(keep)))
+
+
+def cpu_fields(cpuinfo: str = "/proc/cpuinfo") -> dict[str, str]:
+    """The first processor's fields in ``cpuinfo`` (``vendor_id``, ``cpu family``, ``model
+    name``, ...); empty where it cannot be read."""
+    fields: dict[str, str] = {}
+    try:
+        with open(cpuinfo, encoding="ascii", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if not key:
+                    if fields:  # the first processor's block ends
+                        break
+                    continue
+                fields.setdefault(key, value.strip())
+    except OSError:
+        pass
+    return fields
+
+
+def cpu_vendor_family(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, int]:
+    """The first CPU's vendor id (``GenuineIntel``, ``AuthenticAMD``, ...) and family number,
+    from ``cpuinfo``; ``("", 0)`` where unknown."""
+    fields = cpu_fields(cpuinfo)
+    family = fields.get("cpu family", "")
+    return fields.get("vendor_id", ""), int(family) if family.isdigit() else 0
 
 
 @functools.cache

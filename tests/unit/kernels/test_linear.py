@@ -14,6 +14,7 @@ from foldexp.kernels import (
     MIN_ROWS,
     Linear,
     linear,
+    native,
     onednn_available,
     onednn_enabled,
     padded_rows,
@@ -182,6 +183,7 @@ def test_cpu_vendor_family_reads_the_first_processor(tmp_path: Path) -> None:
         "processor\t: 1\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n"
     )
     assert linear_module.cpu_vendor_family(str(info)) == ("AuthenticAMD", 26)
+    assert native.cpu_fields(str(info))["cpu family"] == "26"  # the bench's model name, too
     info.unlink()
     assert linear_module.cpu_vendor_family(str(info)) == ("", 0)
 
