@@ -79,7 +79,14 @@ _MODEL_SCHEMAS = (
     schemas.AttentionModelConfig,
     schemas.ChildSumTreeLSTMModelConfig,
 )
-_OPTIMIZERS = ("torch.optim.Adam", "torch.optim.AdamW", "torch.optim.Adagrad", "torch.optim.SGD")
+#: Each registered optimizer's schema: its keys are what its YAML file may set.
+_OPTIMIZER_SCHEMAS: dict[str, type] = {
+    "torch.optim.Adam": schemas.AdamConfig,
+    "torch.optim.AdamW": schemas.AdamConfig,
+    "torch.optim.Adagrad": schemas.AdagradConfig,
+    "torch.optim.SGD": schemas.SGDConfig,
+}
+_OPTIMIZERS = tuple(_OPTIMIZER_SCHEMAS)
 
 #: What each dataset's examples are, and what each model reads. A model given examples of another
 #: kind failed in its first batch, after the data had loaded: seq_lstm on calculator trees with
@@ -107,7 +114,6 @@ TARGETS: dict[str, type | None] = {
 
 _GROUP_SCHEMAS = {
     "trainer": schemas.TrainerConfig,
-    "optimizer": schemas.OptimizerConfig,
     "device": schemas.DeviceConfig,
 }
 
@@ -212,6 +218,11 @@ def _check_value(key: str, value: Any, spec: dataclasses.Field) -> None:
         if spec.metadata.get("none_ok"):
             return
         raise ConfigError(f"{key}=null; expected a number with {rng.describe(real)}")
+    length = spec.metadata.get("length")
+    if length is not None and not (isinstance(value, (list, ListConfig)) and len(value) == length):
+        raise ConfigError(
+            f"{key}={value}; expected a list of {length} numbers, each {rng.describe()}"
+        )
     for v in _numbers(value):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not rng.allows(v):
             raise ConfigError(f"{key}={value}; expected {rng.describe(real)}{_too_large(v)}")
@@ -260,6 +271,39 @@ def _check_optimizer_target(node: Mapping[str, Any]) -> None:
         raise ConfigError(
             f"optimizer._target_={target!r} is not one of foldexp's registered optimizers; "
             f"expected one of {', '.join(_OPTIMIZERS)}"
+        )
+
+
+def _check_optimizer(node: Mapping[str, Any]) -> None:
+    """A registered optimizer (``_check_optimizer_target``) given only the keys its class takes,
+    each in its range: ``optimizer=adam optimizer._target_=torch.optim.SGD`` would pass Adam's
+    ``betas`` to SGD, a TypeError once the model was built. SGD's Nesterov momentum needs a
+    momentum and no dampening (torch refuses it only when the optimizer is built)."""
+    _check_optimizer_target(node)
+    schema = _OPTIMIZER_SCHEMAS[str(node["_target_"])]
+    fields = [f.name for f in dataclasses.fields(schema)]
+    foreign = sorted(k for k in node if k not in fields)
+    if foreign:
+        key = foreign[0]
+        options = _group_options("optimizer")
+        having = [
+            name
+            for target, names in options.items()
+            if key in {f.name for f in dataclasses.fields(_OPTIMIZER_SCHEMAS.get(target, object))}
+            for name in names
+        ]
+        raise ConfigError(
+            f"optimizer.{key} is not a key of {node['_target_']} ({schema.__name__}); its keys "
+            f"are {', '.join(k for k in fields if not k.startswith('_'))}"
+            + (f"; {key} is a key of optimizer={', '.join(sorted(having))}" if having else "")
+            + "; choose an optimizer by its group (optimizer=NAME), not by optimizer._target_"
+        )
+    _check_node("optimizer", node, schema)
+    if node.get("nesterov") and (node.get("momentum", 0) <= 0 or node.get("dampening", 0) != 0):
+        raise ConfigError(
+            f"optimizer.nesterov=true with optimizer.momentum={node.get('momentum', 0)} and "
+            f"optimizer.dampening={node.get('dampening', 0)}; Nesterov momentum needs a momentum "
+            "> 0 and dampening 0"
         )
 
 
@@ -424,7 +468,7 @@ def check_config(cfg: DictConfig | Mapping[str, Any], files: bool = True) -> Non
     node = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
     _check_value("seed", node.get("seed", 0), dataclasses.fields(schemas.TrainConfig)[0])
     if "optimizer" in node:
-        _check_optimizer_target(node["optimizer"])
+        _check_optimizer(node["optimizer"])
     for group, schema in _GROUP_SCHEMAS.items():
         if group in node:
             _check_node(group, node[group], schema)

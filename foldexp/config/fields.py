@@ -95,10 +95,20 @@ class Range:
         return ("<", self.lt) if self.lt is not None else None
 
 
-def ranged(default: Any, *, ge=None, gt=None, le=None, lt=None, none_ok: bool = False) -> Any:
+def ranged(
+    default: Any,
+    *,
+    ge=None,
+    gt=None,
+    le=None,
+    lt=None,
+    none_ok: bool = False,
+    length: int | None = None,
+) -> Any:
     """A schema field whose numeric value (or every element of a list value) must lie in the
-    range; ``foldexp.validate.check_config`` enforces it when the config is composed."""
-    meta = {"range": Range(ge, gt, le, lt), "none_ok": none_ok}
+    range; ``foldexp.validate.check_config`` enforces it when the config is composed. ``length``:
+    the value is a list of exactly that many numbers (Adam's two betas)."""
+    meta = {"range": Range(ge, gt, le, lt), "none_ok": none_ok, "length": length}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)

@@ -24,6 +24,7 @@ from foldexp.config.fields import (
 )
 
 __all__ = [
+    "MAX_EPS",
     "MAX_PROCESSES",
     "MAX_THREADS",
     "MAX_WORKERS",
@@ -32,8 +33,11 @@ __all__ = [
     "DeviceConfig",
     "DeviceName",
     "LoggerConfig",
+    "AdagradConfig",
+    "AdamConfig",
     "OptimizerConfig",
     "PathsConfig",
+    "SGDConfig",
     "SelectMode",
     "Strategy",
     "TensorBoardLoggerConfig",
@@ -151,6 +155,43 @@ class OptimizerConfig:
     # one fused kernel per parameter and step where torch has one (foldexp/train/optim.py):
     # results equal to float rounding, which compounds over a run; false: torch's per-op steps
     fused: bool = True
+
+
+#: Adam's and Adagrad's ``eps`` is below this. It is added to a root of summed squared gradients
+#: before dividing by it: 1e-8 (Adam) and 1e-10 (Adagrad) by default, 1e-3 to 1 where a smaller
+#: step on rare features is wanted. 10 and more swamps every gradient's own scale (a dropped
+#: minus: 1e8 for 1e-8); 0 can divide by zero on a parameter that never had a gradient.
+MAX_EPS = 10
+
+
+@dataclass
+class SGDConfig(OptimizerConfig):
+    """``torch.optim.SGD``'s own keys (``optimizer=sgd``)."""
+
+    momentum: float = probability(0.0)  # heavy-ball momentum, 0 <= m < 1 (0 = none)
+    # the gradient's share of the momentum buffer is 1 - dampening; 0 <= d < 1
+    dampening: float = probability(0.0)
+    nesterov: bool = False  # Nesterov momentum; needs momentum > 0 and dampening 0
+
+
+@dataclass
+class AdamConfig(OptimizerConfig):
+    """``torch.optim.Adam``'s and ``AdamW``'s own keys (``optimizer=adam``, ``adamw``)."""
+
+    # decay rates of the gradient's running mean and of its square's, each 0 <= beta < 1
+    betas: list[float] = ranged([0.9, 0.999], ge=0, lt=1, length=2)
+    eps: float = ranged(1e-8, gt=0, lt=MAX_EPS)  # added to the root of the squares' mean
+    amsgrad: bool = False  # divide by the largest such root so far (Reddi et al. 2018)
+
+
+@dataclass
+class AdagradConfig(OptimizerConfig):
+    """``torch.optim.Adagrad``'s own keys (``optimizer=adagrad``)."""
+
+    lr_decay: float = non_negative(0.0)  # step t's lr is lr / (1 + (t - 1) * lr_decay)
+    eps: float = ranged(1e-10, gt=0, lt=MAX_EPS)  # added to the root of the squares' sum
+    # each parameter's sum of squared gradients starts here
+    initial_accumulator_value: float = non_negative(0.0)
 
 
 @dataclass

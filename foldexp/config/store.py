@@ -25,9 +25,12 @@ from foldexp.config.model import (
     WeaveModelConfig,
 )
 from foldexp.config.run import (
+    AdagradConfig,
+    AdamConfig,
     DeviceConfig,
     OptimizerConfig,
     PathsConfig,
+    SGDConfig,
     TrainConfig,
     TrainerConfig,
 )
@@ -48,6 +51,9 @@ def register_configs() -> None:
     cs.store(group="paths", name="paths_schema", node=PathsConfig)
     cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
     cs.store(group="optimizer", name="optimizer_schema", node=OptimizerConfig)
+    cs.store(group="optimizer", name="adam_schema", node=AdamConfig)
+    cs.store(group="optimizer", name="adagrad_schema", node=AdagradConfig)
+    cs.store(group="optimizer", name="sgd_schema", node=SGDConfig)
     cs.store(group="dataset", name="calculator_schema", node=CalculatorDataConfig)
     cs.store(group="dataset", name="sst_schema", node=SSTDataConfig)
     cs.store(group="model", name="tree_lstm_schema", node=TreeLSTMModelConfig)

@@ -212,7 +212,9 @@ def _start(
     """Optimizer, selection metric, parameter average, the position (fresh or resumed), the
     DDP bookkeeping, the loaders and the loggers: everything ``fit`` needs."""
     tc = cfg.trainer
-    optimizer = build_optimizer(instantiate(cfg.optimizer), param_groups(model, cfg.optimizer.lr))
+    # plain lists, not ListConfigs (Adam's betas): the state dict goes into weights-only checkpoints
+    make = instantiate(cfg.optimizer, _convert_="all")
+    optimizer = build_optimizer(make, param_groups(model, cfg.optimizer.lr))
     sparse = use_sparse_table_gradients(model, optimizer, tc.grad_clip, ctx.world_size)
     if sparse and ctx.is_main:
         log.info(
