@@ -25,6 +25,7 @@ import inspect
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ __all__ = [
     "import_target",
     "physical_memory",
     "plain",
+    "schema_defaults",
     "schema_for",
 ]
 
@@ -119,6 +121,35 @@ _GROUP_SCHEMAS = {
 
 
 plain = schemas.enum_value  # an enum config value as its string; the one home is foldexp.config
+
+
+def schema_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``section.key`` → the schema's default, for the sections of ``config`` that have a schema
+    (``trainer``, ``device``; ``optimizer``, ``dataset`` and ``model`` by their ``_target_``), as
+    a stored config holds values (enums as strings). A key a newer foldexp added is absent from
+    an older run's stored config: the run had its default."""
+    sections: dict[str, type | None] = dict(_GROUP_SCHEMAS)
+    for section, table in (
+        ("optimizer", _OPTIMIZER_SCHEMAS),
+        ("dataset", TARGETS),
+        ("model", TARGETS),
+    ):
+        node = config.get(section)
+        target = node.get("_target_") if isinstance(node, Mapping) else None
+        sections[section] = table.get(target) if isinstance(target, str) else None
+    defaults: dict[str, Any] = {}
+    for section, schema in sections.items():
+        for spec in dataclasses.fields(schema) if schema is not None else ():
+            if spec.default is not dataclasses.MISSING:
+                defaults[f"{section}.{spec.name}"] = plain_value(spec.default)
+            elif spec.default_factory is not dataclasses.MISSING:
+                defaults[f"{section}.{spec.name}"] = spec.default_factory()
+    return defaults
+
+
+def plain_value(value: Any) -> Any:
+    """An enum member as its string (as stored configs hold it); anything else unchanged."""
+    return plain(value) if isinstance(value, Enum) else value
 
 
 def schema_for(target: str) -> type | None:
@@ -219,7 +250,11 @@ def _check_value(key: str, value: Any, spec: dataclasses.Field) -> None:
             return
         raise ConfigError(f"{key}=null; expected a number with {rng.describe(real)}")
     length = spec.metadata.get("length")
-    if length is not None and not (isinstance(value, (list, ListConfig)) and len(value) == length):
+    if length is not None and not (
+        isinstance(value, (list, ListConfig))
+        and len(value) == length
+        and not any(isinstance(v, (list, ListConfig, Mapping)) for v in value)
+    ):
         raise ConfigError(
             f"{key}={value}; expected a list of {length} numbers, each {rng.describe()}"
         )
@@ -253,6 +288,22 @@ def _check_node(prefix: str, node: Mapping[str, Any], schema: type) -> None:
     for key, spec in fields.items():
         if key in node:
             _check_value(f"{prefix}.{key}", node[key], spec)
+            _check_bool(f"{prefix}.{key}", node[key], spec)
+
+
+def _check_bool(key: str, value: Any, spec: dataclasses.Field) -> None:
+    """A boolean key holds true or false (or null where it may): composing makes it so, but a
+    run folder's config is read from a file that may say anything (``"yes please"``)."""
+    kind = str(spec.type).replace(" ", "")
+    if kind not in ("bool", "bool|None") or isinstance(value, bool):
+        return
+    if value is None and kind == "bool|None":
+        return
+    if isinstance(value, str) and value.startswith("${"):
+        return  # an interpolation, checked where it points
+    raise ConfigError(
+        f"{key}={value!r}; expected true or false" + (" or null" if kind == "bool|None" else "")
+    )
 
 
 def check_section(prefix: str, node: Mapping[str, Any], schema: type) -> None:
@@ -274,11 +325,13 @@ def _check_optimizer_target(node: Mapping[str, Any]) -> None:
         )
 
 
-def _check_optimizer(node: Mapping[str, Any]) -> None:
+def _check_optimizer(node: Mapping[str, Any], resolved: Mapping[str, Any] | None = None) -> None:
     """A registered optimizer (``_check_optimizer_target``) given only the keys its class takes,
     each in its range: ``optimizer=adam optimizer._target_=torch.optim.SGD`` would pass Adam's
     ``betas`` to SGD, a TypeError once the model was built. SGD's Nesterov momentum needs a
-    momentum and no dampening (torch refuses it only when the optimizer is built)."""
+    momentum and no dampening (torch refuses it only when the optimizer is built); that check
+    reads ``resolved`` (the node with its interpolations resolved) where given, and passes over
+    values that are not numbers, which their own checks report."""
     _check_optimizer_target(node)
     schema = _OPTIMIZER_SCHEMAS[str(node["_target_"])]
     fields = [f.name for f in dataclasses.fields(schema)]
@@ -299,11 +352,14 @@ def _check_optimizer(node: Mapping[str, Any]) -> None:
             + "; choose an optimizer by its group (optimizer=NAME), not by optimizer._target_"
         )
     _check_node("optimizer", node, schema)
-    if node.get("nesterov") and (node.get("momentum", 0) <= 0 or node.get("dampening", 0) != 0):
+    values = resolved if resolved is not None else node
+    momentum, dampening = values.get("momentum", 0), values.get("dampening", 0)
+    numbers = all(isinstance(v, (int, float)) for v in (momentum, dampening))
+    if values.get("nesterov") is True and numbers and (momentum <= 0 or dampening != 0):
         raise ConfigError(
-            f"optimizer.nesterov=true with optimizer.momentum={node.get('momentum', 0)} and "
-            f"optimizer.dampening={node.get('dampening', 0)}; Nesterov momentum needs a momentum "
-            "> 0 and dampening 0"
+            f"optimizer.nesterov=true with optimizer.momentum={momentum} and "
+            f"optimizer.dampening={dampening}; Nesterov momentum needs a momentum > 0 and "
+            "dampening 0"
         )
 
 
@@ -346,6 +402,18 @@ def _resolved(cfg: DictConfig | Mapping[str, Any], key: str) -> Any:
     for part in key.split("."):
         value = value.get(part) if isinstance(value, Mapping) else None
     return None if isinstance(value, str) and "${" in value else value
+
+
+def _resolved_node(cfg: DictConfig | Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    """Section ``key`` of a composed config with its interpolations resolved; ``None`` where
+    that is not possible (a plain mapping, or an interpolation that does not resolve)."""
+    if not isinstance(cfg, DictConfig):
+        return None
+    try:
+        node = OmegaConf.to_container(OmegaConf.select(cfg, key), resolve=True)
+    except (OmegaConfBaseException, ValueError):
+        return None
+    return node if isinstance(node, Mapping) else None
 
 
 def _check_user_model(node: Mapping[str, Any]) -> None:
@@ -468,7 +536,7 @@ def check_config(cfg: DictConfig | Mapping[str, Any], files: bool = True) -> Non
     node = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
     _check_value("seed", node.get("seed", 0), dataclasses.fields(schemas.TrainConfig)[0])
     if "optimizer" in node:
-        _check_optimizer(node["optimizer"])
+        _check_optimizer(node["optimizer"], _resolved_node(cfg, "optimizer"))
     for group, schema in _GROUP_SCHEMAS.items():
         if group in node:
             _check_node(group, node[group], schema)

@@ -35,6 +35,7 @@ from foldexp.config.dataset import (
 )
 from foldexp.config.fields import (
     FLOAT32_MAX,
+    FLOAT32_TINY,
     MAX_CLASSES,
     MAX_GENERATED,
     MAX_LAYERS,
@@ -75,6 +76,7 @@ from foldexp.config.run import (
     DeviceConfig,
     DeviceName,
     LoggerConfig,
+    LRSchedule,
     OptimizerConfig,
     PathsConfig,
     SelectMode,
@@ -91,6 +93,7 @@ CONF_DIR = str(Path(__file__).parent.parent / "conf")  # foldexp/conf: the YAML 
 __all__ = [
     "CONF_DIR",
     "FLOAT32_MAX",
+    "FLOAT32_TINY",
     "MAX_CLASSES",
     "MAX_EPS",
     "MAX_GENERATED",
@@ -111,6 +114,7 @@ __all__ = [
     "DeviceConfig",
     "DeviceName",
     "EmbeddingOptimizer",
+    "LRSchedule",
     "LoggerConfig",
     "MarkedProblem",
     "MarkedSequencesDataConfig",

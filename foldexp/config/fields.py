@@ -14,6 +14,7 @@ from typing import Any
 
 __all__ = [
     "FLOAT32_MAX",
+    "FLOAT32_TINY",
     "MAX_CLASSES",
     "MAX_GENERATED",
     "MAX_LAYERS",
@@ -40,6 +41,9 @@ __all__ = [
 #: The largest float32. A float setting ends up in float32 tensors (a learning rate in a fused
 #: optimizer step, a bias in a weight), where anything larger in magnitude is inf.
 FLOAT32_MAX = 3.4028234663852886e38
+#: The smallest normal float32. A smaller positive setting is 0 in float32 (or flushed to 0 as
+#: a denormal, ``device.flush_denormal``): an ``eps`` that small divided 0 by 0 into NaN weights.
+FLOAT32_TINY = 1.1754943508222875e-38
 
 
 def is_finite(value: float) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from foldexp.config.fields import (
+    FLOAT32_TINY,
     decay,
     learning_rate,
     non_negative,
@@ -28,13 +29,14 @@ __all__ = [
     "MAX_PROCESSES",
     "MAX_THREADS",
     "MAX_WORKERS",
+    "AdagradConfig",
+    "AdamConfig",
     "Balance",
     "CsvLoggerConfig",
     "DeviceConfig",
     "DeviceName",
+    "LRSchedule",
     "LoggerConfig",
-    "AdagradConfig",
-    "AdamConfig",
     "OptimizerConfig",
     "PathsConfig",
     "SGDConfig",
@@ -65,6 +67,12 @@ class Strategy(str, Enum):
 class Balance(str, Enum):
     nodes = "nodes"
     examples = "examples"
+
+
+class LRSchedule(str, Enum):
+    constant = "constant"
+    linear = "linear"
+    cosine = "cosine"
 
 
 #: Most intra-op threads a run may ask for: more than any CPU's cores today. Each OpenMP thread
@@ -129,6 +137,14 @@ class TrainerConfig:
     # DataLoader workers building batch schedules alongside training (0 = in the main process)
     num_workers: int = ranged(0, ge=0, le=MAX_WORKERS)
     grad_clip: float = non_negative(0.0)  # clip the gradient norm to this value (0 = off)
+    # the learning rate over the run's steps: constant | linear | cosine decay from optimizer.lr
+    # to lr_min_ratio of it at the last step (foldexp/train/lr_schedule.py)
+    lr_schedule: LRSchedule = LRSchedule.constant
+    lr_warmup_steps: int = non_negative(0)  # first rises linearly to optimizer.lr over N steps
+    lr_min_ratio: float = ranged(0.0, ge=0, le=1)  # the decay's end, a share of optimizer.lr
+    # steps from the first to the floor, warm-up included; 0 = the run's (trainer.max_steps, else
+    # epochs x batches per epoch), which more epochs on resume stretch
+    lr_decay_steps: int = non_negative(0)
     # evaluate and keep an average of the weights, avg <- d*avg + (1-d)*w per step (0 = off)
     ema_decay: float = probability(0.0)
     progress: bool = True  # tqdm progress bars (silenced automatically when not a terminal)
@@ -160,7 +176,8 @@ class OptimizerConfig:
 #: Adam's and Adagrad's ``eps`` is below this. It is added to a root of summed squared gradients
 #: before dividing by it: 1e-8 (Adam) and 1e-10 (Adagrad) by default, 1e-3 to 1 where a smaller
 #: step on rare features is wanted. 10 and more swamps every gradient's own scale (a dropped
-#: minus: 1e8 for 1e-8); 0 can divide by zero on a parameter that never had a gradient.
+#: minus: 1e8 for 1e-8); 0, or less than float32's smallest normal number (FLOAT32_TINY), divides
+#: zero by zero on a parameter that never had a gradient.
 MAX_EPS = 10
 
 
@@ -180,7 +197,7 @@ class AdamConfig(OptimizerConfig):
 
     # decay rates of the gradient's running mean and of its square's, each 0 <= beta < 1
     betas: list[float] = ranged([0.9, 0.999], ge=0, lt=1, length=2)
-    eps: float = ranged(1e-8, gt=0, lt=MAX_EPS)  # added to the root of the squares' mean
+    eps: float = ranged(1e-8, ge=FLOAT32_TINY, lt=MAX_EPS)  # added to the squares' mean's root
     amsgrad: bool = False  # divide by the largest such root so far (Reddi et al. 2018)
 
 
@@ -189,7 +206,7 @@ class AdagradConfig(OptimizerConfig):
     """``torch.optim.Adagrad``'s own keys (``optimizer=adagrad``)."""
 
     lr_decay: float = non_negative(0.0)  # step t's lr is lr / (1 + (t - 1) * lr_decay)
-    eps: float = ranged(1e-10, gt=0, lt=MAX_EPS)  # added to the root of the squares' sum
+    eps: float = ranged(1e-10, ge=FLOAT32_TINY, lt=MAX_EPS)  # added to the squares' sum's root
     # each parameter's sum of squared gradients starts here
     initial_accumulator_value: float = non_negative(0.0)
 

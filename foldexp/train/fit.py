@@ -31,6 +31,7 @@ from foldexp.train.ema import ParamAverage
 from foldexp.train.evaluate import evaluate, improves
 from foldexp.train.loaders import RunLoaders
 from foldexp.train.loggers import ProgressLog, RunLoggers, progress_bar
+from foldexp.train.lr_schedule import LRScheduler
 from foldexp.train.sampler import ShardedBatchSampler
 from foldexp.validate import plain
 
@@ -81,6 +82,7 @@ class TrainingRun:
     run_log: RunLoggers
     title: str  # the plots' title
     governor: ThreadGovernor | None = None  # intra-op threads following the load, if chosen
+    lr_schedule: LRScheduler | None = None  # the learning rate per step (trainer.lr_schedule)
 
     @property
     def last(self) -> Path:
@@ -163,6 +165,8 @@ def _step(
     t2 = time.perf_counter()
     if tc.grad_clip:
         torch.nn.utils.clip_grad_norm_(run.model.parameters(), tc.grad_clip)
+    if run.lr_schedule is not None:
+        run.lr_schedule.set_for(run.optimizer, progress["step"])
     run.optimizer.step()
     if run.ema is not None:
         run.ema.update()
@@ -224,6 +228,8 @@ def _end_epoch(run: TrainingRun, t_epoch: float) -> None:
         "train_loss": sums.get("loss", 0.0) / n,
         **{f"train_{k}": v for k, v in run.model.summarize(sums).items()},
     }
+    if run.lr_schedule is not None:  # the rate of the epoch's last step (first group's)
+        row["lr"] = float(run.optimizer.param_groups[0]["lr"])
     # Evaluation (and best.pt) use the parameter average when there is one (``ema.py``).
     with run.ema.applied() if run.ema is not None else contextlib.nullcontext():
         row.update(evaluate_split(run, "dev"))

@@ -51,6 +51,7 @@ from foldexp.train.ema import ParamAverage
 from foldexp.train.fit import TrainingDiverged, TrainingRun, evaluate_split, fit, new_progress
 from foldexp.train.loaders import RunLoaders
 from foldexp.train.loggers import RunLoggers
+from foldexp.train.lr_schedule import LRScheduler
 from foldexp.train.optim import build_optimizer, param_groups
 from foldexp.train.preflight import check_bundle, check_model_memory, resolve_selection
 from foldexp.train.resume_config import run_config
@@ -175,6 +176,7 @@ def _build(
     bundle = build_dataset(cfg.dataset)
     log.info("dataset %s: %s", cfg.dataset.name, bundle.sizes())
     check_bundle(bundle, cfg)
+    LRScheduler.from_config(cfg.trainer, len(bundle.train))  # a warm-up past the run's end fails
     check_vectors(cfg.dataset, cfg.model, bundle.info)
     check_model_memory(cfg, bundle.info, device)
     model = build_model(cfg.model, bundle.info).to(device)
@@ -215,6 +217,7 @@ def _start(
     # plain lists, not ListConfigs (Adam's betas): the state dict goes into weights-only checkpoints
     make = instantiate(cfg.optimizer, _convert_="all")
     optimizer = build_optimizer(make, param_groups(model, cfg.optimizer.lr))
+    lr_schedule = LRScheduler.from_config(tc, len(bundle.train))
     sparse = use_sparse_table_gradients(model, optimizer, tc.grad_clip, ctx.world_size)
     if sparse and ctx.is_main:
         log.info(
@@ -257,6 +260,7 @@ def _start(
         loaders=loaders,
         run_log=run_log,
         title=f"{cfg.get('task_name', 'train')} · {out_dir.resolve().name} (seed {cfg.seed})",
+        lr_schedule=lr_schedule,
     )
 
 

@@ -8,10 +8,11 @@ names what is compared (``seed``, ``dataset.*``, ``model.*``, ``optimizer.*``, `
 other groups (``device.*``, ``paths.*``, loggers) say how and where, not what. ``MAY_CHANGE``
 lists the keys among those that may differ: how long to train and when to stop, where the data
 lives, how the work is spread over processes, and what is shown. Paths inside values are
-compared relative to ``paths.*``, so a data folder that moved is not a change. A key present on
-one side only (a newer foldexp added it, with a default that keeps the old behaviour) is not
-compared; a checkpoint without a config (written before configs were stored) resumes with a
-warning. Reading and writing the checkpoints themselves is ``checkpoint.py``.
+compared relative to ``paths.*``, so a data folder that moved is not a change. A key only the new
+config has (a newer foldexp added it, with a default that keeps the old behaviour) is compared
+with its schema default, which the old run had; one with no schema, or only in the old config,
+is not compared. A checkpoint without a config (written before configs were stored) resumes
+with a warning. Reading and writing the checkpoints themselves is ``checkpoint.py``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from foldexp.validate import schema_defaults
 
 __all__ = [
     "MAY_CHANGE",
@@ -95,8 +98,14 @@ def _portable(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """``(key, old, new)`` for every ``MUST_MATCH`` key outside ``MAY_CHANGE`` that differs."""
+    """``(key, old, new)`` for every ``MUST_MATCH`` key outside ``MAY_CHANGE`` that differs. A
+    key the saved config lacks (a newer foldexp added it) counts as its schema default, which
+    the saved run had: resuming an older Adam run with other ``optimizer.betas`` is refused."""
     old, new = _portable(_flatten(saved)), _portable(_flatten(current))
+    defaults = schema_defaults(current)
+    for key in new.keys() - old.keys():
+        if key in defaults:
+            old[key] = defaults[key]
     return [
         (key, old[key], new[key])
         for key in sorted(old.keys() & new.keys())

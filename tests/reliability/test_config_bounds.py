@@ -185,6 +185,10 @@ NO_CEILING = {
     "TrainerConfig.checkpoint_every": "at most at epoch ends only",
     "TrainerConfig.grad_clip": "at most no clipping",
     "TrainerConfig.log_every_s": "at most no progress lines",
+    "TrainerConfig.lr_warmup_steps": "below the run's steps, checked before the first step",
+    "TrainerConfig.lr_decay_steps": "a step count: at most a rate that barely decays",
+    "AdagradConfig.lr_decay": "at most a rate that falls to nothing after the first step",
+    "AdagradConfig.initial_accumulator_value": "at most steps that barely move",
     "TensorBoardLoggerConfig.log_every_n_steps": "at most no step lines",
     "SSTDataConfig.min_count": "at most every word unknown",
     "SSTDataConfig.limit": "at most all trees",
@@ -209,6 +213,7 @@ def test_every_number_has_a_ceiling_or_a_reason_for_none() -> None:
     classes = [c for c in TARGETS.values() if c is not None]
     classes += [schemas.TrainConfig, schemas.TrainerConfig, schemas.OptimizerConfig]
     classes += [schemas.DeviceConfig, schemas.TensorBoardLoggerConfig]
+    classes += [schemas.SGDConfig, schemas.AdamConfig, schemas.AdagradConfig]
     open_ended = {
         f"{cls.__name__}.{f.name}"
         for cls in classes

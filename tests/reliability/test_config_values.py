@@ -65,6 +65,7 @@ def test_every_numeric_schema_key_has_a_range() -> None:
     """A new numeric key without a range would let a nonsense value through again."""
     classes = [c for c in TARGETS.values() if c is not None]
     classes += [schemas.TrainerConfig, schemas.OptimizerConfig, schemas.DeviceConfig]
+    classes += [schemas.SGDConfig, schemas.AdamConfig, schemas.AdagradConfig]
     missing = [
         f"{cls.__name__}.{f.name}"
         for cls in classes

@@ -10,6 +10,7 @@ import torch
 from hydra.utils import instantiate
 
 from foldexp.train.app import compose_config
+from foldexp.train.resume_config import config_changes, run_config
 from foldexp.validate import ConfigError, check_run_config
 
 # Every key of each optimizer's own schema, at a value other than its default.
@@ -61,8 +62,15 @@ def _refused(overrides: list[str], tmp_path: Path) -> str:
         (["optimizer.betas=[0.9]"], "optimizer.betas=[0.9]; expected a list of 2 numbers, each"),
         (["optimizer.betas=[0.9,1.0]"], "optimizer.betas=[0.9, 1.0]; expected 0 <= value < 1"),
         (["optimizer.betas=[0.9,nan]"], "optimizer.betas=[0.9, nan]; expected 0 <= value < 1"),
-        (["optimizer.eps=0"], "optimizer.eps=0.0; expected 0 < value < 10"),
-        (["optimizer=adagrad", "optimizer.eps=1e8"], "optimizer.eps=100000000.0; expected 0 <"),
+        (["optimizer.eps=0"], "optimizer.eps=0.0; expected 1.1754943508222875e-38 <= value < 10"),
+        (["optimizer.eps=1e-50"], "optimizer.eps=1e-50; expected 1.1754943508222875e-38 <= "),
+        (["optimizer.betas=[[0.9],[0.99]]"], "optimizer.betas=[[0.9], [0.99]]; expected a list"),
+        (
+            ["optimizer=sgd", "optimizer.momentum=${optimizer.weight_decay}",
+             "optimizer.nesterov=true"],
+            "optimizer.nesterov=true with optimizer.momentum=0.0 and optimizer.dampening=0.0",
+        ),
+        (["optimizer=adagrad", "optimizer.eps=1e8"], "optimizer.eps=100000000.0; expected 1.1"),
         (["optimizer=adagrad", "optimizer.lr_decay=-1"], "optimizer.lr_decay=-1.0; expected a"),
         (["optimizer=sgd", "optimizer.momentum=1"], "optimizer.momentum=1.0; expected 0 <= value"),
         (["optimizer=sgd", "optimizer.nesterov=true"], "optimizer.nesterov=true with optimizer."),
@@ -104,3 +112,31 @@ def test_a_run_folder_config_is_checked_against_its_optimizer(tmp_path: Path) ->
         check_run_config(config, "run.json")
     config["optimizer"] = {"_target_": "torch.optim.SGD", "lr": 0.1}  # before these keys existed
     check_run_config(config, "run.json")
+
+
+def test_nesterov_reads_interpolated_values_resolved(tmp_path: Path) -> None:
+    overrides = ["optimizer=sgd", "optimizer.momentum=0.9", "optimizer.nesterov=true"]
+    cfg = compose_config([*overrides, "optimizer.dampening=${optimizer.weight_decay}"], tmp_path)
+    assert cfg.optimizer.dampening == 0.0
+
+
+@pytest.mark.parametrize("flag", ["amsgrad", "fused"])
+def test_a_run_folder_boolean_must_be_a_boolean(flag: str) -> None:
+    config = {
+        "model": {"_target_": "foldexp.models.tree_lstm.TreeLSTMClassifier"},
+        "optimizer": {"_target_": "torch.optim.Adam", "lr": 0.1, flag: "yes please"},
+    }
+    with pytest.raises(ConfigError, match=f"optimizer.{flag}='yes please'; expected true or false"):
+        check_run_config(config, "run.json")
+
+
+def test_resuming_an_older_run_compares_keys_it_lacks_with_their_defaults(tmp_path: Path) -> None:
+    """A run written before these keys existed had their defaults: resuming it with other
+    values would record them while torch kept the checkpoint's (its state dict wins)."""
+    older = run_config(compose_config([], tmp_path))
+    for key in ("betas", "eps", "amsgrad"):
+        del older["optimizer"][key]
+    same = run_config(compose_config([], tmp_path))
+    assert config_changes(older, same) == []
+    other = run_config(compose_config(["optimizer.betas=[0.5,0.5]"], tmp_path))
+    assert config_changes(older, other) == [("optimizer.betas", [0.9, 0.999], [0.5, 0.5])]
