@@ -140,16 +140,14 @@ def schema_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
     defaults: dict[str, Any] = {}
     for section, schema in sections.items():
         for spec in dataclasses.fields(schema) if schema is not None else ():
-            if spec.default is not dataclasses.MISSING:
-                defaults[f"{section}.{spec.name}"] = plain_value(spec.default)
+            if spec.default is not dataclasses.MISSING:  # an enum as its string, as stored
+                value = spec.default
+                defaults[f"{section}.{spec.name}"] = (
+                    plain(value) if isinstance(value, Enum) else value
+                )
             elif spec.default_factory is not dataclasses.MISSING:
                 defaults[f"{section}.{spec.name}"] = spec.default_factory()
     return defaults
-
-
-def plain_value(value: Any) -> Any:
-    """An enum member as its string (as stored configs hold it); anything else unchanged."""
-    return plain(value) if isinstance(value, Enum) else value
 
 
 def schema_for(target: str) -> type | None:

@@ -120,8 +120,9 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
         out_dir.mkdir(parents=True, exist_ok=True)
     seed_everything(cfg.seed)  # the same on every rank: identical initial parameters
 
-    bundle, model = _build(cfg, ctx, device, out_dir)
+    bundle, model, lr_schedule = _build(cfg, ctx, device, out_dir)
     run = _start(cfg, ctx, device, out_dir, bundle, model)
+    run.lr_schedule = lr_schedule
     run.governor = governor
     started = time.perf_counter()
     fit(run)
@@ -171,19 +172,21 @@ def _configure_process(
 
 def _build(
     cfg: DictConfig, ctx: dd.DistContext, device: torch.device, out_dir: Path
-) -> tuple[Any, torch.nn.Module]:
-    """The dataset and model the config names, checked, and the model prepared for training."""
+) -> tuple[Any, torch.nn.Module, LRScheduler | None]:
+    """The dataset and model the config names, checked, and the model prepared for training;
+    the learning-rate schedule over the dataset's steps (a warm-up past the run's end fails
+    here, before the model is built)."""
     bundle = build_dataset(cfg.dataset)
     log.info("dataset %s: %s", cfg.dataset.name, bundle.sizes())
     check_bundle(bundle, cfg)
-    LRScheduler.from_config(cfg.trainer, len(bundle.train))  # a warm-up past the run's end fails
+    lr_schedule = LRScheduler.from_config(cfg.trainer, len(bundle.train))
     check_vectors(cfg.dataset, cfg.model, bundle.info)
     check_model_memory(cfg, bundle.info, device)
     model = build_model(cfg.model, bundle.info).to(device)
     if ctx.is_main:
         write_run_info(out_dir, _absolute_data_paths(cfg), bundle.info)
     prepare_for_training(model, RunSetup(bundle.train, cfg.trainer.eval_batch_size))
-    return bundle, model
+    return bundle, model, lr_schedule
 
 
 _DATA_PATH_KEYS = ("path", "word_vectors")  # files the dataset reads, relative to the cwd
@@ -217,7 +220,6 @@ def _start(
     # plain lists, not ListConfigs (Adam's betas): the state dict goes into weights-only checkpoints
     make = instantiate(cfg.optimizer, _convert_="all")
     optimizer = build_optimizer(make, param_groups(model, cfg.optimizer.lr))
-    lr_schedule = LRScheduler.from_config(tc, len(bundle.train))
     sparse = use_sparse_table_gradients(model, optimizer, tc.grad_clip, ctx.world_size)
     if sparse and ctx.is_main:
         log.info(
@@ -260,7 +262,6 @@ def _start(
         loaders=loaders,
         run_log=run_log,
         title=f"{cfg.get('task_name', 'train')} · {out_dir.resolve().name} (seed {cfg.seed})",
-        lr_schedule=lr_schedule,
     )
 
 
