@@ -10,6 +10,7 @@ functions directly.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -154,6 +155,7 @@ def _report(argv: list[str]) -> int:
     ap.add_argument("--metric", default="test_accuracy", help="column to sort and plot by")
     ap.add_argument("--ascending", action="store_true", help="smaller is better (e.g. RMSE)")
     ap.add_argument("--out", default=None, help="where to write (default: the first folder)")
+    _trust_option(ap)
     a = ap.parse_args(argv)
     from foldexp.bench import CSV_NAME
     from foldexp.bench.plots import redraw
@@ -164,7 +166,8 @@ def _report(argv: list[str]) -> int:
             print(f"redrew {path}")
     train_dirs = [d for d in a.dirs if d not in bench_dirs]
     if train_dirs:
-        run_report(train_dirs, a.metric, a.out, a.ascending)
+        with _trusting(a):
+            run_report(train_dirs, a.metric, a.out, a.ascending)
     return 0
 
 
@@ -178,11 +181,29 @@ def _ensemble(argv: list[str]) -> int:
     ap.add_argument("--batch-size", type=integer(1), default=256, help="trees per batch (256)")
     _allow_target_option(ap)
     a = ap.parse_args(argv)
-    run_ensemble(a.dirs, a.split, a.out, a.batch_size, a.allow_target)
+    with _trusting(a):
+        run_ensemble(a.dirs, a.split, a.out, a.batch_size, a.allow_target)
     return 0
 
 
+def _trust_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument(
+        "--trust-unverified",
+        action="store_true",
+        help="read a run folder's checkpoint, results.json or run_info.json that has no .sha256 "
+        "sidecar or does not match it (refused otherwise): a run from before foldexp stored "
+        "checksums, or a file you changed knowingly",
+    )
+
+
+def _trusting(a: argparse.Namespace) -> contextlib.AbstractContextManager[None]:
+    from foldexp.train.artifacts import trust_unverified
+
+    return trust_unverified(a.trust_unverified, "--trust-unverified")
+
+
 def _allow_target_option(ap: argparse.ArgumentParser) -> None:
+    _trust_option(ap)
     ap.add_argument(
         "--allow-target",
         action="append",
@@ -208,14 +229,15 @@ def _predict(argv: list[str]) -> int:
     ap.add_argument("--batch-size", type=integer(1), default=256, help="inputs per batch (256)")
     _allow_target_option(ap)
     a = ap.parse_args(argv)
-    rows = run_predict(
-        a.run_dir,
-        a.input,
-        a.output,
-        column=a.column,
-        batch_size=a.batch_size,
-        allow_targets=a.allow_target,
-    )
+    with _trusting(a):
+        rows = run_predict(
+            a.run_dir,
+            a.input,
+            a.output,
+            column=a.column,
+            batch_size=a.batch_size,
+            allow_targets=a.allow_target,
+        )
     if a.output:
         failed = sum(1 for r in rows if r["error"])
         print(f"wrote {a.output}: {len(rows)} rows, {failed} with an error", file=sys.stderr)
@@ -238,7 +260,8 @@ def _eval(argv: list[str]) -> int:
     ap.add_argument("--out", default=None, help="where to write (default: RUN_DIR/eval.json)")
     _allow_target_option(ap)
     a = ap.parse_args(argv)
-    result = run_eval(a.run_dir, a.overrides, a.split, a.out, a.allow_target)
+    with _trusting(a):
+        result = run_eval(a.run_dir, a.overrides, a.split, a.out, a.allow_target)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -3,7 +3,9 @@
 Finds every ``results.json`` under the given folders (a sweep's ``multirun`` folder, or several
 single runs), flattens each into one row — the run's overrides, its seed, its metrics — and writes
 ``report.csv``, ``report.md`` (sorted by the chosen metric) and ``report.png``. Runs that differ
-only by seed are also summarised as mean ± std in ``summary.csv`` / ``summary.md``.
+only by seed are also summarised as mean ± std in ``summary.csv`` / ``summary.md``. Each
+``results.json`` must match its ``.sha256`` sidecar (``--trust-unverified`` to accept one that
+has none, or that was edited).
 """
 
 from __future__ import annotations
@@ -16,8 +18,7 @@ from typing import Any
 import pandas as pd
 
 from foldexp.data.errors import FormatError
-from foldexp.data.jsonfile import read_json
-from foldexp.train.artifacts import atomic_write, write_text
+from foldexp.train.artifacts import atomic_write, read_verified_json, write_text
 
 __all__ = ["collect_results", "run_report"]
 
@@ -42,7 +43,9 @@ def collect_results(dirs: Sequence[str | Path]) -> pd.DataFrame:
         if not d.exists():
             raise FileNotFoundError(f"foldexp report: {d} does not exist")
         for path in sorted(d.rglob("results.json")):
-            data = read_json(path)  # a broken file fails naming itself, line and column
+            # checked against its sidecar (an edited figure is refused), then parsed: a broken
+            # file fails naming itself, line and column
+            data = read_verified_json(path)
             if not isinstance(data, dict):
                 raise FormatError(
                     f"{path}: expected a JSON object of a run's results, found "

@@ -134,6 +134,9 @@ class TrainerConfig:
     checkpoint_every: int = non_negative(0)
     resume: bool = False  # continue from <run dir>/checkpoints/last.pt if it exists
     overwrite: bool = False  # replace a run already in the run dir (else such a folder is refused)
+    # read a checkpoint to resume, or a teacher's files, that has no .sha256 sidecar or does not
+    # match it (refused otherwise): for runs from before checksums, or files edited knowingly
+    trust_unverified: bool = False
     # DataLoader workers building batch schedules alongside training (0 = in the main process)
     num_workers: int = ranged(0, ge=0, le=MAX_WORKERS)
     grad_clip: float = non_negative(0.0)  # clip the gradient norm to this value (0 = off)

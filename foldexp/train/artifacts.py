@@ -14,8 +14,11 @@ file is renamed into place and also records the hash of the version it replaces 
 comment line, which ``sha256sum -c`` skips): a kill between the two renames leaves the previous,
 intact version, which still verifies. ``verify_file(path)`` and ``read_verified_json(path)``
 check a file against its sidecar and raise ``CorruptFileError`` naming the file, what is wrong
-and what to do. A file with no sidecar (written before foldexp stored checksums) is read with a
-logged warning: it cannot be checked, but refusing it would strand every older run.
+and what to do. A file with no sidecar, or one that does not match it, is refused the same
+way: deleting ``best.pt.sha256`` must not be a way past the check. Accepting such a file is the
+user's explicit choice (``trust_unverified``: ``--trust-unverified`` on the commands that read
+run folders, ``trainer.trust_unverified=true`` for a resume or a teacher); it is then read with a
+logged warning, which is how a run from before foldexp stored checksums stays usable.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +48,7 @@ __all__ = [
     "file_sha256",
     "plot_curves",
     "read_verified_json",
+    "trust_unverified",
     "verify_file",
     "write_json",
     "write_metrics_csv",
@@ -59,6 +65,39 @@ _HEX = re.compile(r"^[0-9a-f]{64}$")
 class CorruptFileError(ValueError):
     """A file that is damaged, truncated, changed since it was written, or not what it should
     be. The message names the file, what is wrong and what to do."""
+
+
+# ---------------------------------------------------------------------- accepting knowingly
+
+# (accepted, how the user accepts): set by the command that reads, so the refusal names the
+# switch of that command (a CLI flag, a config key), and a library caller refuses by default.
+_TRUST: ContextVar[tuple[bool, str]] = ContextVar(
+    "foldexp_trust_unverified", default=(False, "--trust-unverified")
+)
+
+
+@contextmanager
+def trust_unverified(accept: bool, how: str) -> Iterator[None]:
+    """Within the block, a file without its sidecar or unlike it is read with a warning when
+    ``accept`` (else refused); ``how`` is the switch the refusal tells the user to set."""
+    token = _TRUST.set((bool(accept), how))
+    try:
+        yield
+    finally:
+        _TRUST.reset(token)
+
+
+def _unverified(path: Path, what: str, advice: str) -> bool:
+    """``False`` with a warning when the user accepted unverified files, else the refusal."""
+    accept, how = _TRUST.get()
+    if accept:
+        log.warning("%s %s: read unverified (%s)", path, what, how)
+        return False
+    raise CorruptFileError(
+        f"{path} {what}; it is refused"
+        + (f". {advice}" if advice else "")
+        + f"; or, if you know where it comes from, accept it as it is with {how}"
+    )
 
 
 # ---------------------------------------------------------------------- permissions
@@ -113,10 +152,7 @@ def _read_sidecar(path: Path) -> list[str] | None:
     hashes = [lines[0].split(" ", 1)[0]] if lines else []
     hashes += [ln[len(_PREVIOUS) :].strip() for ln in lines[1:] if ln.startswith(_PREVIOUS)]
     if not hashes or not all(_HEX.match(h) for h in hashes):
-        raise CorruptFileError(
-            f"{sidecar}: not a sha256 checksum file; {path} cannot be checked (delete the "
-            "sidecar to read the file unchecked, at your own risk)"
-        )
+        raise CorruptFileError(f"{sidecar}: not a sha256 checksum file; {path} cannot be checked")
     return hashes
 
 
@@ -140,28 +176,34 @@ def _write_sidecar(path: Path, digest: str, previous: list[str]) -> None:
 def verify_file(path: str | os.PathLike[str], advice: str = "") -> bool:
     """Checks ``path`` against its ``.sha256`` sidecar.
 
-    Returns ``True`` when it matches and ``False`` when there is no sidecar (a file written
-    before checksums were stored; a warning is logged). Raises ``FileNotFoundError`` for a
-    missing file and ``CorruptFileError`` for an empty file or a mismatch, its message ending
-    with ``advice`` (what the caller's user should do).
+    Returns ``True`` when it matches. Raises ``FileNotFoundError`` for a missing file and
+    ``CorruptFileError`` for a file without a sidecar, or an empty or changed one, its message
+    naming the file, ending with ``advice`` (what the caller's user should do) and the way to
+    accept it knowingly (``trust_unverified``); accepted, it returns ``False`` with a warning.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    accepted = _read_sidecar(path)
+    try:
+        accepted = _read_sidecar(path)
+    except CorruptFileError as exc:
+        return _unverified(path, f"cannot be verified ({exc})", advice)
     size = path.stat().st_size
     if accepted is None:
-        log.warning(
-            "%s has no %s sidecar (written before checksums): not verified", path, CHECKSUM_SUFFIX
+        return _unverified(
+            path,
+            f"has no {checksum_path(path).name} sidecar: it cannot be verified (changed by "
+            "someone, or written before foldexp stored checksums)",
+            advice,
         )
-        return False
     digest = file_sha256(path)
     if digest not in accepted:
         what = "is empty (0 bytes)" if size == 0 else f"does not match its checksum ({size} bytes)"
-        raise CorruptFileError(
-            f"{path} {what}: sha256 {digest[:16]}…, {checksum_path(path).name} records "
-            f"{accepted[0][:16]}…; the file was damaged or changed after it was written"
-            + (f". {advice}" if advice else "")
+        return _unverified(
+            path,
+            f"{what}: sha256 {digest[:16]}…, {checksum_path(path).name} records "
+            f"{accepted[0][:16]}…; the file was damaged or changed after it was written",
+            advice,
         )
     return True
 

@@ -33,11 +33,19 @@ from omegaconf import DictConfig
 
 from foldexp.train import distributed as dd
 from foldexp.train.artifacts import CorruptFileError, atomic_write, verify_file
+from foldexp.train.checkpoint_checks import (
+    ProgressLimits,
+    check_progress,
+    check_rng,
+    check_state_fits,
+    check_tensors,
+)
 from foldexp.train.resume_config import refuse_changes, run_config
 
 __all__ = [
     "LAST_ADVICE",
     "CorruptFileError",
+    "ProgressLimits",
     "check_resume",
     "load_best",
     "restore_run",
@@ -178,6 +186,7 @@ def read_checkpoint(
             f"{path} is not a foldexp checkpoint: it has no {', '.join(missing)}"
             + (f". {advice}" if advice else "")
         )
+    check_tensors(path, payload)  # plain tensors only, before anything is sized from them
     return payload
 
 
@@ -188,7 +197,9 @@ def load_payload(
     optimizer: Any = None,
     states: dict[str, Any] | None = None,
 ) -> None:
-    """Puts a loaded checkpoint's model, optimizer and ``states`` back."""
+    """Puts a loaded checkpoint's model, optimizer and ``states`` back, once each is checked
+    to fit what it is copied into (``check_state_fits``)."""
+    check_state_fits(path, payload, model, optimizer, states)
     model.load_state_dict(payload["model"])
     if optimizer is not None:
         optimizer.load_state_dict(payload["optimizer"])
@@ -211,6 +222,8 @@ def load_checkpoint(
     """Restores what ``save_checkpoint`` wrote; returns the saved training position."""
     need = ["model", "progress"] + (["optimizer"] if optimizer is not None else [])
     payload = read_checkpoint(path, advice, need + (["rng"] if restore_rng else []))
+    if restore_rng:
+        check_rng(path, payload["rng"])
     load_payload(path, payload, model, optimizer, states)
     if restore_rng:
         set_rng_state(payload["rng"])
@@ -225,6 +238,8 @@ def check_resume(path: Path, cfg: DictConfig) -> None:
     trains, or (``CorruptFileError``) a damaged checkpoint; nothing when ``path`` is absent."""
     if path.exists():
         payload = read_checkpoint(path, LAST_ADVICE, _NEED)
+        check_progress(path, payload["progress"])
+        check_rng(path, payload["rng"])
         refuse_changes(path, payload.get("config"), run_config(cfg))
 
 
@@ -267,18 +282,23 @@ def restore_run(
     optimizer: Any,
     states: dict[str, Any],
     config: dict[str, Any] | None = None,
+    limits: ProgressLimits | None = None,
 ) -> dict[str, Any] | None:
     """Loads ``path`` (model, optimizer, RNGs) if it exists; returns the saved progress.
 
     With ``config``, first refuses a checkpoint whose run was configured otherwise
-    (``ResumeConfigError``). Each rank takes back its own RNG state; after a checkpoint from
-    another number of processes the ranks above 0 keep their fresh seeds.
+    (``ResumeConfigError``); every part is checked before any is used (``checkpoint_checks``:
+    the position, against ``limits`` if given, the RNG states, the states' shapes). Each rank
+    takes back its own RNG state; after a checkpoint from another number of processes the ranks
+    above 0 keep their fresh seeds.
     """
     payload = _read_on_main(ctx, path)
     if payload is None:
         return None
     if config is not None:
         refuse_changes(path, payload.get("config"), config)
+    check_progress(path, payload["progress"], limits)
+    check_rng(path, payload["rng"])
     load_payload(path, payload, model, optimizer, states)
     progress = payload["progress"]
     rngs = progress.pop("rank_rng", None)

@@ -45,8 +45,14 @@ from foldexp.kernels import configure_kernels, keep_freed_memory
 from foldexp.startup import BUSY_AT_START, default_threads
 from foldexp.train import distributed as dd
 from foldexp.train import launch
-from foldexp.train.artifacts import read_verified_json, write_json
-from foldexp.train.checkpoint import load_best, restore_run, seed_everything, seed_rank
+from foldexp.train.artifacts import read_verified_json, trust_unverified, write_json
+from foldexp.train.checkpoint import (
+    ProgressLimits,
+    load_best,
+    restore_run,
+    seed_everything,
+    seed_rank,
+)
 from foldexp.train.ema import ParamAverage
 from foldexp.train.fit import TrainingDiverged, TrainingRun, evaluate_split, fit, new_progress
 from foldexp.train.loaders import RunLoaders
@@ -83,8 +89,14 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
 
     With ``trainer.strategy=ddp`` and ``trainer.processes=N>1`` outside a launcher, spawns N
     ranks here and returns rank 0's ``results.json``; under torchrun (or a multi-task submitit
-    job) this process is one of the ranks.
+    job) this process is one of the ranks. A run folder's file without its checksum, or unlike
+    it (the checkpoint resumed, a teacher's), is refused unless ``trainer.trust_unverified``.
     """
+    with trust_unverified(cfg.trainer.trust_unverified, "trainer.trust_unverified=true"):
+        return _run_train(cfg)
+
+
+def _run_train(cfg: DictConfig) -> dict[str, Any]:
     tc = cfg.trainer
     check_config(cfg)
     strategy = plain(tc.strategy)
@@ -234,7 +246,7 @@ def _start(
         seed_rank(cfg.seed, ctx.rank)
     ema = ParamAverage(model, tc.ema_decay) if tc.ema_decay else None
     config = run_config(cfg)  # stored in every checkpoint; a resume must match it
-    restored = _resume(cfg, ctx, out_dir, model, optimizer, ema, config)
+    restored = _resume(cfg, ctx, out_dir, model, optimizer, ema, config, len(bundle.train))
     progress = restored if restored is not None else new_progress()
     csv = out_dir / "ranks.csv"
     book = dd.StepBook(ctx, model, tc.find_unused_parameters, csv, fresh=restored is None)
@@ -273,14 +285,18 @@ def _resume(
     optimizer: Any,
     ema: ParamAverage | None,
     config: dict[str, Any],
+    examples: int,
 ) -> dict[str, Any] | None:
     """With ``trainer.resume``, the position ``last.pt`` saved (model, optimizer and RNGs
-    restored), or ``None`` to start afresh."""
+    restored), or ``None`` to start afresh; ``examples``: the training set's size, which
+    bounds the position's batch."""
     if not cfg.trainer.resume:
         return None
     last = out_dir / "checkpoints" / "last.pt"
     states = {"ema": ema} if ema is not None else {}
-    restored = restore_run(ctx, last, model, optimizer, states, config)
+    tc = cfg.trainer
+    limits = ProgressLimits.of(tc.epochs, examples, tc.batch_size, tc.limit_batches)
+    restored = restore_run(ctx, last, model, optimizer, states, config, limits)
     if restored is None:
         log.info("trainer.resume=true but %s does not exist: starting afresh", last)
     else:

@@ -49,6 +49,7 @@ MAY_CHANGE = (
     "trainer.patience",
     "trainer.resume",
     "trainer.overwrite",
+    "trainer.trust_unverified",
     "trainer.checkpoint_every",
     "trainer.eval_batch_size",  # evaluation only: the same sums in other batches
     "trainer.num_workers",

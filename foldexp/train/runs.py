@@ -16,6 +16,7 @@ model's shapes are checked against the checkpoint's before anything is allocated
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from foldexp.config import MAX_CLASSES, MAX_WIDTH
 from foldexp.experiments.build import build_dataset, build_model, meta_model, plain_config
 from foldexp.kernels import flush_denormals
 from foldexp.train.artifacts import read_verified_json, write_json
@@ -67,10 +69,53 @@ def encode_info(info: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def decode_info(encoded: Mapping[str, Any]) -> dict[str, Any]:
-    """The inverse of ``encode_info`` (matrices come back as zeros of their shape)."""
+# The counts a run's ``info`` may hold, and their bounds: each sizes a list, an array or a layer
+# once the model is built, so an absurd one (num_classes = 10**12) is refused before that.
+_COUNTS = {
+    "num_classes": MAX_CLASSES,
+    "predict_classes": MAX_CLASSES,
+    "num_targets": MAX_WIDTH,
+    "atom_features": MAX_WIDTH,
+    "pair_features": MAX_WIDTH,
+}
+_MAX_MATRIX = 2**31  # elements of a matrix named by its shape (pretrained vectors: rows x dims)
+
+
+def _check_counts(encoded: Mapping[str, Any], source: Path) -> None:
+    """Refuses a count or a matrix shape in ``info`` outside its bounds, naming the key."""
+    for key, high in _COUNTS.items():
+        value = encoded.get(key)
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high
+        ):
+            raise ConfigError(f"{source}: info.{key}={value!r:.40}; expected 1..{high}")
+    for key, value in encoded.items():
+        shape = value.get("__matrix_shape__") if isinstance(value, dict) else None
+        if (
+            isinstance(value, dict)
+            and "__matrix_shape__" in value
+            and not (
+                isinstance(shape, list)
+                and 1 <= len(shape) <= 2
+                and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
+                and math.prod(shape) <= _MAX_MATRIX
+            )
+        ):
+            raise ConfigError(
+                f"{source}: info.{key} has the shape {shape!r:.60}; expected one or two sizes, "
+                f"at most {_MAX_MATRIX} elements in all"
+            )
+
+
+def decode_info(encoded: Mapping[str, Any], source: Path | None = None) -> dict[str, Any]:
+    """The inverse of ``encode_info`` (matrices come back as zeros of their shape); the counts
+    of a run folder's ``info`` (``source``) are checked first (``_check_counts``)."""
     from foldexp.data.vocab import Vocabulary
 
+    if source is not None:
+        if not isinstance(encoded, Mapping):
+            raise ConfigError(f"{source}: info is not an object of the dataset's facts")
+        _check_counts(encoded, source)
     out: dict[str, Any] = {}
     for key, value in encoded.items():
         if isinstance(value, dict) and "__vocabulary__" in value:
@@ -118,7 +163,7 @@ def load_trained(
     weights = folder / "checkpoints" / checkpoint
     if not weights.is_file():
         raise FileNotFoundError(f"{folder}: no checkpoints/{checkpoint}; the run did not finish")
-    info = decode_info(saved.get("info") or {})
+    info = decode_info(saved.get("info") or {}, source)
     model = build_fitting_model(config["model"], info, weights, source)
     # predict / eval compute as the run trained: denormals flushed unless it said false (weights
     # trained elsewhere may hold denormals, which would put every product on the slow path)

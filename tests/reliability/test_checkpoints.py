@@ -74,8 +74,9 @@ def test_empty_or_truncated_last_pt_names_the_file(
     last = run / "checkpoints" / "last.pt"
     data = last.read_bytes()
     last.write_bytes(data[: int(len(data) * keep)])
-    if not sidecar:
+    if not sidecar:  # a run from before checksums, accepted knowingly: still not loaded
         checksum_path(last).unlink()
+        resume = [*resume, "trainer.trust_unverified=true"]
     with pytest.raises(CorruptFileError) as err:
         run_train(compose_config(resume, run))
     message = str(err.value)
@@ -135,7 +136,7 @@ def test_moved_data_folder_is_not_a_change() -> None:
     assert config_changes(saved, now) == [("dataset.n", 1, 2)]
 
 
-def test_legacy_checkpoint_without_checksum_or_config_resumes_with_warnings(
+def test_legacy_checkpoint_without_checksum_or_config_resumes_when_trusted(
     resume: list[str], run: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     last = run / "checkpoints" / "last.pt"
@@ -144,10 +145,14 @@ def test_legacy_checkpoint_without_checksum_or_config_resumes_with_warnings(
     torch.save(payload, last)
     for sidecar in run.rglob("*.sha256"):
         sidecar.unlink()
+    with pytest.raises(CorruptFileError, match="trainer.trust_unverified=true"):
+        run_train(compose_config(resume, run))  # refused, saying how to accept it
+    trusted = [*resume, "trainer.trust_unverified=true"]
     with caplog.at_level(logging.WARNING, logger="foldexp.train"):
-        results = run_train(compose_config(resume, run))
+        results = run_train(compose_config(trusted, run))
     assert results["epochs_run"] == 2
-    assert "no .sha256 sidecar" in caplog.text and "stores no config" in caplog.text
+    assert "no last.pt.sha256 sidecar" in caplog.text and "read unverified" in caplog.text
+    assert "stores no config" in caplog.text
 
 
 def test_a_kill_between_checksum_and_rename_leaves_a_verifiable_file(

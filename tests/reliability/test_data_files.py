@@ -29,6 +29,7 @@ from foldexp.data.sst import load_sst, read_sst_file
 from foldexp.data.vocab import Vocabulary
 from foldexp.data.wordvec import align_word_vectors, read_word_vectors, word_vector_width
 from foldexp.experiments.tree_files import load_tree_splits
+from foldexp.train.artifacts import write_text
 
 TREES = {
     "train": "(3 (2 It) (4 (2 is) (4 good)))\n(1 (2 Not) (1 good))\n",
@@ -197,8 +198,8 @@ def test_report_names_a_broken_results_file(tmp_path: Path) -> None:
     good, bad = tmp_path / "run1", tmp_path / "run2"
     good.mkdir()
     bad.mkdir()
-    (good / "results.json").write_text(json.dumps({"test_accuracy": 0.5}))
-    (bad / "results.json").write_text('{"test_accuracy": 0.5')  # a run killed mid-write
+    write_text(good / "results.json", json.dumps({"test_accuracy": 0.5}), checksum=True)
+    write_text(bad / "results.json", '{"test_accuracy": 0.5', checksum=True)  # cut, yet sealed
     where = re.escape(str(bad / "results.json"))
     with pytest.raises(ValueError, match=rf"^{where}:1:22: expected valid JSON"):
         collect_results([tmp_path])
@@ -208,7 +209,7 @@ def test_report_reads_a_run_whose_overrides_file_is_not_utf8(tmp_path: Path) -> 
     # Someone else's run folder: its overrides only label the row, so a stray byte is replaced.
     run = tmp_path / "run1"
     (run / ".hydra").mkdir(parents=True)
-    (run / "results.json").write_text(json.dumps({"test_accuracy": 0.5}))
+    write_text(run / "results.json", json.dumps({"test_accuracy": 0.5}), checksum=True)
     (run / ".hydra" / "overrides.yaml").write_bytes(b"- model.hidden=64\n- note=caf\xe9\n")
     row = collect_results([tmp_path]).iloc[0]
     assert row["overrides"] == "model.hidden=64 note=caf\ufffd"

@@ -10,15 +10,15 @@ import pytest
 
 from foldexp.analysis.report import run_report
 from foldexp.cli import main
+from foldexp.train.artifacts import write_text
 
 
 def _run(root: Path, name: str, seed: int, acc: float, overrides: list[str]) -> None:
     d = root / name
     (d / ".hydra").mkdir(parents=True)
     (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-    (d / "results.json").write_text(
-        json.dumps({"experiment": "sst_treelstm", "seed": seed, "test_accuracy": acc, "config": {}})
-    )
+    results = {"experiment": "sst_treelstm", "seed": seed, "test_accuracy": acc, "config": {}}
+    write_text(d / "results.json", json.dumps(results), checksum=True)  # as a run writes it
 
 
 def test_report_sorts_summarises_and_draws_long_labels(tmp_path: Path) -> None:
@@ -54,7 +54,7 @@ def test_report_names_a_results_file_it_cannot_use(
 ) -> None:
     _run(tmp_path, "0", 1, 0.5, [])
     (tmp_path / "1").mkdir()
-    (tmp_path / "1" / "results.json").write_text(content)
+    write_text(tmp_path / "1" / "results.json", content, checksum=True)
     with pytest.raises(ValueError, match=str(tmp_path / "1") + "/" + expected):
         run_report([tmp_path])
 
@@ -66,7 +66,7 @@ def test_report_names_a_results_file_it_cannot_use(
 def test_report_command_exits_2_with_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, args: list[str]
 ) -> None:
-    (tmp_path / "results.json").write_text(content)
+    write_text(tmp_path / "results.json", content, checksum=True)
     with pytest.raises(SystemExit) as exit_:
         main(["report", str(tmp_path), *args])
     assert exit_.value.code == 2

@@ -1,0 +1,306 @@
+"""Crafted run-folder files cost one line and exit status 2, never a crash or a wrong answer.
+
+Each test damages a copy of the tiny finished run as an attacker would, sidecar included where
+the attack needs one (a crafter can compute a sha256 too): a checkpoint or result file without
+its ``.sha256`` sidecar is refused by every reader unless the user accepts it knowingly
+(``--trust-unverified``, ``trainer.trust_unverified=true``); a checkpoint's position, tensors,
+optimizer state and RNG states, and ``run_info.json``'s counts, are checked before anything is
+built or allocated from them (``foldexp/train/checkpoint_checks.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from foldexp.cli import main
+from foldexp.train import runs
+from foldexp.train.artifacts import checksum_path, file_sha256, write_json
+
+
+def _reseal(path: Path) -> None:
+    """A sidecar matching ``path`` as it now is: what a crafter writes."""
+    checksum_path(path).write_text(f"{file_sha256(path)}  {path.name}\n", encoding="ascii")
+
+
+def _craft(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """``path``'s checkpoint changed by ``change`` and resealed."""
+    payload = torch.load(path, weights_only=True)
+    change(payload)
+    torch.save(payload, path)
+    _reseal(path)
+
+
+def _one_line_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """Runs ``foldexp argv``; asserts it exits with status 2 and one stderr line, returned."""
+    os.environ.pop("FOLDEXP_TRACEBACK", None)
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    return err[0]
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> Path:
+    path = tmp_path / "in.txt"
+    path.write_text("(1 (2 3) (4 5))\n(7 (8 9))\n")
+    return path
+
+
+def _resume(tiny: list[str], run: Path, *more: str) -> list[str]:
+    base = [o for o in tiny if not o.startswith("trainer.epochs")]
+    return [
+        "train",
+        *base,
+        "trainer.epochs=2",
+        "trainer.resume=true",
+        f"hydra.run.dir={run}",
+        *more,
+    ]
+
+
+# ---------------------------------------------------------------------- rows 4 and 5: sidecars
+
+
+def _nan_weights(payload: dict[str, Any]) -> None:
+    for tensor in payload["model"].values():
+        if tensor.is_floating_point():
+            tensor.fill_(float("nan"))
+
+
+@pytest.mark.parametrize("command", ["predict", "eval", "ensemble"])
+def test_best_pt_without_sidecar_is_refused_by_every_reader(
+    run: Path, inputs: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    best = run / "checkpoints" / "best.pt"
+    _craft(best, _nan_weights)
+    checksum_path(best).unlink()
+    argv = {
+        "predict": ["predict", str(run), str(inputs)],
+        "eval": ["eval", str(run), "--out", str(run / "e.json")],
+        "ensemble": ["ensemble", str(run), "--out", str(run / "ens")],
+    }[command]
+    line = _one_line_exit_2(capsys, argv)
+    assert str(best) in line and "no best.pt.sha256 sidecar" in line
+    assert "--trust-unverified" in line
+
+
+def test_trust_unverified_reads_a_file_without_sidecar_knowingly(run: Path) -> None:
+    for sidecar in run.rglob("*.sha256"):  # a run from before foldexp stored checksums
+        sidecar.unlink()
+    out = run / "e.json"
+    assert main(["eval", str(run), "--out", str(out), "--trust-unverified"]) == 0
+    assert 0 <= json.loads(out.read_text())["test_accuracy"] <= 1
+
+
+def test_teacher_without_sidecar_is_refused(
+    tiny: list[str], run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checksum_path(run / "checkpoints" / "best.pt").unlink()
+    argv = ["train", *tiny, f"model.teacher=[{run}]", f"hydra.run.dir={tmp_path / 'student'}"]
+    line = _one_line_exit_2(capsys, argv)
+    assert "best.pt" in line and "trainer.trust_unverified=true" in line
+
+
+def test_edited_results_json_is_refused_by_report(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = run / "results.json"
+    data = json.loads(results.read_text())
+    data["test_accuracy"] = 0.99
+    results.write_text(json.dumps(data))
+    line = _one_line_exit_2(capsys, ["report", str(run)])
+    assert str(results) in line and "does not match its checksum" in line
+    checksum_path(results).unlink()  # the sidecar deleted as well
+    line = _one_line_exit_2(capsys, ["report", str(run)])
+    assert "no results.json.sha256 sidecar" in line and "--trust-unverified" in line
+    assert main(["report", str(run), "--trust-unverified"]) == 0
+    assert "0.99" in (run / "report.csv").read_text()  # accepted knowingly, reported
+
+
+def test_run_info_json_without_sidecar_is_refused(
+    run: Path, inputs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checksum_path(run / "run_info.json").unlink()
+    line = _one_line_exit_2(capsys, ["predict", str(run), str(inputs)])
+    assert "run_info.json has no run_info.json.sha256 sidecar" in line
+
+
+# ---------------------------------------------------------------------- row 6: the position
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("epoch", -5), ("epoch", 7), ("batch", 10**18), ("step", -1), ("best", "x")],
+)
+def test_a_crafted_position_is_refused_on_resume(
+    tiny: list[str], run: Path, capsys: pytest.CaptureFixture[str], field: str, value: Any
+) -> None:
+    last = run / "checkpoints" / "last.pt"
+    _craft(last, lambda p: p["progress"].update({field: value}))
+    line = _one_line_exit_2(capsys, _resume(tiny, run))
+    assert str(last) in line and f"progress.{field}" in line
+
+
+def test_a_formula_in_the_history_never_reaches_metrics_csv(
+    tiny: list[str], run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    last = run / "checkpoints" / "last.pt"
+    _craft(last, lambda p: p["progress"]["history"][0].update(train_loss="=cmd|' /C calc'!A0"))
+    (run / "metrics.csv").unlink()  # the resume would rewrite it from the history
+    line = _one_line_exit_2(capsys, _resume(tiny, run))
+    assert "progress.history[0]['train_loss']" in line and "not a number" in line
+    assert not (run / "metrics.csv").exists()
+
+
+# ---------------------------------------------------------------------- rows 7 and 9: tensors
+
+
+def _expanded(shape: torch.Size) -> torch.Tensor:
+    return torch.zeros(1).expand(*shape) if len(shape) else torch.zeros(())
+
+
+def test_stride_0_weights_for_a_huge_model_are_refused_before_it_is_built(
+    run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    info_path = run / "run_info.json"
+    saved = json.loads(info_path.read_text())
+    saved["config"]["model"]["hidden_size"] = 65536
+    write_json(info_path, saved)
+    meta = runs.meta_model(saved["config"]["model"], runs.decode_info(saved["info"]))
+    assert meta is not None
+    best = run / "checkpoints" / "best.pt"
+    _craft(
+        best,
+        lambda p: p.update(model={k: _expanded(v.shape) for k, v in meta.state_dict().items()}),
+    )
+    assert best.stat().st_size < 1_000_000  # a few bytes per tensor claiming ~17 GB each
+
+    def never(*_: Any, **__: Any) -> None:
+        raise AssertionError("the model was built from a crafted checkpoint")
+
+    monkeypatch.setattr(runs, "build_model", never)
+    line = _one_line_exit_2(capsys, ["eval", str(run), "--out", str(run / "e.json")])
+    assert str(best) in line and "stride 0" in line
+
+
+def test_stride_0_weights_cost_no_memory_under_a_cap(run: Path) -> None:
+    """The same attack in a process whose address space is capped at 6 GB: refused in one
+    line, status 2, where the model it claims would need 172 GB."""
+    info_path = run / "run_info.json"
+    saved = json.loads(info_path.read_text())
+    saved["config"]["model"]["hidden_size"] = 65536
+    write_json(info_path, saved)
+    meta = runs.meta_model(saved["config"]["model"], runs.decode_info(saved["info"]))
+    assert meta is not None
+    best = run / "checkpoints" / "best.pt"
+    _craft(
+        best,
+        lambda p: p.update(model={k: _expanded(v.shape) for k, v in meta.state_dict().items()}),
+    )
+    capped = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30)); "
+        "from foldexp.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "FOLDEXP_TRACEBACK"}
+    proc = subprocess.run(
+        [sys.executable, "-c", capped, "eval", str(run), "--out", str(run / "e.json")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "stride 0" in err[0] and "out of memory" not in err[0]
+
+
+def _adam_state(payload: dict[str, Any]) -> dict[str, Any]:
+    state = payload["optimizer"]["state"]
+    return state[min(state)]
+
+
+@pytest.mark.parametrize(
+    ("crafted", "says"),
+    [
+        (lambda: torch.zeros(1).expand(10**6, 10**6), "stride 0"),
+        (lambda: torch.zeros(3, 5), "has shape [3, 5] but its parameter"),
+    ],
+    ids=["stride0", "misshaped"],
+)
+def test_crafted_optimizer_state_is_refused_before_torch_sees_it(
+    tiny: list[str], run: Path, crafted: Callable[[], torch.Tensor], says: str
+) -> None:
+    """Run in a child process: on the code before these checks torch's fused Adam died of
+    SIGSEGV, which would take the test run with it."""
+    last = run / "checkpoints" / "last.pt"
+    _craft(last, lambda p: _adam_state(p).update(exp_avg=crafted()))
+    env = {k: v for k, v in os.environ.items() if k != "FOLDEXP_TRACEBACK"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "foldexp.cli", *_resume(tiny, run)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    line = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+    assert len(line) == 1 and str(last) in line[0] and "exp_avg" in line[0] and says in line[0]
+
+
+# ---------------------------------------------------------------------- row 8: run_info counts
+
+
+def test_an_absurd_class_count_in_run_info_is_refused_before_any_list(
+    run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    info_path = run / "run_info.json"
+    saved = json.loads(info_path.read_text())
+    saved["info"]["num_classes"] = 10**12
+    write_json(info_path, saved)
+
+    def never(*_: Any, **__: Any) -> None:
+        raise AssertionError("a model was built with num_classes = 10**12")
+
+    monkeypatch.setattr(runs, "meta_model", never)
+    monkeypatch.setattr(runs, "build_model", never)
+    line = _one_line_exit_2(capsys, ["eval", str(run), "--out", str(run / "e.json")])
+    assert line.endswith("run_info.json: info.num_classes=1000000000000; expected 1..100000")
+
+
+# ---------------------------------------------------------------------- row 10: RNG states
+
+
+@pytest.mark.parametrize(
+    ("generator", "broken"),
+    [
+        ("numpy", lambda s: s.__setitem__(1, torch.zeros(3, dtype=torch.int64))),
+        ("numpy", lambda s: s.__setitem__(0, "NOSUCH")),
+        ("torch", lambda s: s.resize_(7)),
+        ("python", lambda s: s.__setitem__(1, (1, 2))),
+    ],
+    ids=["numpy-keys", "numpy-kind", "torch", "python"],
+)
+def test_a_broken_rng_state_is_one_line(
+    tiny: list[str],
+    run: Path,
+    capsys: pytest.CaptureFixture[str],
+    generator: str,
+    broken: Callable[[Any], None],
+) -> None:
+    last = run / "checkpoints" / "last.pt"
+
+    def change(payload: dict[str, Any]) -> None:
+        state = payload["rng"][generator]
+        if isinstance(state, tuple):
+            state = payload["rng"][generator] = list(state)
+        broken(state)
+
+    _craft(last, change)
+    line = _one_line_exit_2(capsys, _resume(tiny, run))
+    assert str(last) in line and f"rng.{generator}" in line
