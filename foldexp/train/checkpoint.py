@@ -8,7 +8,9 @@ the selection metric improves. Each has a ``.sha256`` sidecar (``artifacts.py``)
 checkpoints hold only tensors and plain Python containers, never pickled objects. Whatever goes
 wrong (a changed or truncated file, a pickle a weights-only load refuses, a payload without its
 parts) raises ``CorruptFileError`` naming the file and what to do; it never suggests
-``weights_only=False``, since a run folder may come from anyone.
+``weights_only=False``, since a run folder may come from anyone. What loads is then checked
+before any of it is used (``checkpoint_checks.py``): plain tensors only, on every read; the
+position, the RNG states and the states' shapes before a resume or ``best.pt`` puts them back.
 
 A single process saves and loads the payload as it is (``save_run``, ``restore_run``). Under
 DDP rank 0 alone writes, but the payload carries every rank's RNG state (``rank_rng``) so each

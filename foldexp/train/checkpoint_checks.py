@@ -58,7 +58,10 @@ def _walk(value: Any, name: str, depth: int = 0) -> Iterator[tuple[str, torch.Te
         yield name, value
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            yield from _walk(item, f"{name}.{key}" if name else str(key), depth + 1)
+            if not isinstance(key, str):  # an optimizer's state, by parameter number
+                yield from _walk(item, f"{name}[{key!r:.20}]", depth + 1)
+            else:
+                yield from _walk(item, f"{name}.{key}" if name else key, depth + 1)
     elif isinstance(value, (list, tuple)):
         for k, item in enumerate(value):
             yield from _walk(item, f"{name}[{k}]", depth + 1)

@@ -41,13 +41,17 @@ def _craft(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
 
 def _one_line_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     """Runs ``foldexp argv``; asserts it exits with status 2 and one stderr line, returned."""
-    os.environ.pop("FOLDEXP_TRACEBACK", None)
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in err[0], err
     return err[0]
+
+
+@pytest.fixture(autouse=True)
+def _no_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FOLDEXP_TRACEBACK", raising=False)  # the user's one line, not a trace
 
 
 @pytest.fixture
@@ -140,16 +144,25 @@ def test_run_info_json_without_sidecar_is_refused(
 
 
 @pytest.mark.parametrize(
-    ("field", "value"),
-    [("epoch", -5), ("epoch", 7), ("batch", 10**18), ("step", -1), ("best", "x")],
+    ("change", "field"),
+    [
+        ({"epoch": -5}, "epoch"),
+        ({"epoch": 7}, "epoch"),  # the history has 1 row
+        ({"batch": 10**18}, "batch"),
+        ({"batch": 4, "step": 4}, "batch"),  # the tiny run's epoch has 3 batches
+        ({"step": 100}, "step"),  # more than 1 epoch of 3 batches
+        ({"step": -1}, "step"),
+        ({"best": "x"}, "best"),
+        ({"best_epoch": 5}, "best_epoch"),
+    ],
 )
 def test_a_crafted_position_is_refused_on_resume(
-    tiny: list[str], run: Path, capsys: pytest.CaptureFixture[str], field: str, value: Any
+    tiny: list[str], run: Path, capsys: pytest.CaptureFixture[str], change: dict, field: str
 ) -> None:
     last = run / "checkpoints" / "last.pt"
-    _craft(last, lambda p: p["progress"].update({field: value}))
+    _craft(last, lambda p: p["progress"].update(change))
     line = _one_line_exit_2(capsys, _resume(tiny, run))
-    assert str(last) in line and f"progress.{field}" in line
+    assert str(last) in line and f"progress.{field} " in line
 
 
 def test_a_formula_in_the_history_never_reaches_metrics_csv(
@@ -304,3 +317,14 @@ def test_a_broken_rng_state_is_one_line(
     _craft(last, change)
     line = _one_line_exit_2(capsys, _resume(tiny, run))
     assert str(last) in line and f"rng.{generator}" in line
+
+
+def test_best_pt_copied_over_last_pt_still_resumes(tiny: list[str], run: Path) -> None:
+    """What a refused ``last.pt``'s message advises: ``best.pt`` is written before its epoch
+    ends (``best_epoch == epoch``), a position the checks must accept."""
+    ckpt = run / "checkpoints"
+    for suffix in ("", ".sha256"):
+        (ckpt / f"last.pt{suffix}").write_bytes((ckpt / f"best.pt{suffix}").read_bytes())
+    _reseal(ckpt / "last.pt")  # the sidecar names best.pt
+    assert main(_resume(tiny, run)) == 0
+    assert "epoch 1:" in (run / "app.log").read_text()
