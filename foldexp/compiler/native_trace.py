@@ -25,6 +25,7 @@ Python closures serve.
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import logging
 import os
@@ -77,7 +78,9 @@ _tried = False
 
 
 def _open(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(_MODULE, path)
+    # The loader named: a checked library's name (``/proc/self/fd/N``) has no ``.so`` to go by.
+    loader = importlib.machinery.ExtensionFileLoader(_MODULE, str(path))
+    spec = importlib.util.spec_from_file_location(_MODULE, path, loader=loader)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)

@@ -4,6 +4,9 @@ state updates (``fused_cells.cpp``, used by ``treelstm.py``), dropout noise
 (``scatter_rows.cpp``, used by ``scatter.py``), one library; ``fast_math.h`` holds the exp,
 sigmoid and tanh it shares with the kernels generated for a user's pointwise ops
 (``pointwise_code.py``, one small library per region, built through ``build_and_open``).
+A cached library is loaded only after it passed ``library_files``'s checks (a regular file of
+this user's, in private folders, its contents the digest recorded when it was built); anything
+else at its name is removed, with a warning naming it, and built again.
 
 The sources are compiled for the machine it runs on (``-march=native``, OpenMP), with no torch
 headers and no Python binding, in about a second, and the library is kept in a cache folder:
@@ -11,8 +14,8 @@ headers and no Python binding, in about a second, and the library is kept in a c
 ``~/.cache/foldexp/kernels``. Its file name carries a digest of the source, the flags, the
 compiler's version and this CPU's model and feature flags, so a cache shared between machines
 (a cluster's home folder) never hands one CPU a library built for another. The library is written
-to a temporary file and renamed into place, so processes that build at once (DDP ranks, a sweep)
-never load a half-written file.
+to a temporary file and renamed into place, under a lock on the folder, so processes that build at
+once (DDP ranks, a sweep) never load a half-written file.
 
 Where no compiler works (``$CXX``, else ``g++``, ``c++``, ``clang++``), ``load_kernels()``
 returns ``None`` and ``build_failure()`` says why; the callers then run plain torch ops.
@@ -41,6 +44,9 @@ from typing import TypeVar
 
 import torch  # (loaded first: see the module docstring)
 from torch.autograd import forward_ad
+
+from foldexp.kernels import library_files
+from foldexp.kernels.library_files import private_dir
 
 __all__ = [
     "load_kernels",
@@ -159,28 +165,9 @@ def _library_path(
     return kernel_cache_dir() / f"{stem}-{digest.hexdigest()[:20]}.so"
 
 
-def private_dir(path: Path) -> Path:
-    """``path``, created if missing, refused unless this user owns it and nobody else may write
-    to it: the library there is loaded into the process, so whoever can write it runs code."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = path.stat()
-    if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
-        raise RuntimeError(
-            f"{path} is not a private folder of this user (owner {st.st_uid}, mode "
-            f"{st.st_mode & 0o777:o}): set FOLDEXP_KERNEL_CACHE to one"
-        )
-    return path
-
-
-def _build(
-    compiler: str,
-    target: Path,
-    sources: Sequence[Path],
-    flags: Sequence[str],
-    opener: Callable[[Path], T],
-) -> T:
-    """Compiles to a temporary file, opens it, then renames it into place: ``dlopen`` hands back
-    an already loaded library by its path, so a rebuilt file must be opened under a new name."""
+def _build(compiler: str, target: Path, sources: Sequence[Path], flags: Sequence[str]) -> int:
+    """Compiles to a temporary file, records its digest and renames it into place (see
+    ``library_files``); returns the checked descriptor to load it from."""
     fd, tmp = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp.so", dir=target.parent)
     os.close(fd)
     try:
@@ -190,9 +177,7 @@ def _build(
         )  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-600:]}")
-        lib = opener(Path(tmp))
-        os.replace(tmp, target)
-        return lib
+        return library_files.record(Path(tmp), target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -226,12 +211,11 @@ def build_and_open(
         raise RuntimeError("no C++ compiler found ($CXX, g++, c++, clang++)")
     path = _library_path(compiler, stem, sources, flags, identity)
     private_dir(path.parent)
-    if path.exists():
-        try:
-            return opener(path)
-        except (OSError, AttributeError, RuntimeError, ImportError) as err:
-            log.info("rebuilding %s: %s", path, err)  # damaged or foreign: build it again
-    return _build(compiler, path, sources, flags, opener)
+    with library_files.cache_lock(path.parent):  # (one build serves processes that wait)
+        fd = library_files.vouched(path)
+        if fd is None:
+            fd = _build(compiler, path, sources, flags)
+    return opener(library_files.load_name(fd))
 
 
 def _kernels_path(compiler: str) -> Path:
