@@ -115,6 +115,11 @@ def _hydra_app(name: str, module: str) -> object:
 def _hydra_message(exc: BaseException) -> str:
     """Hydra's error and its cause (OmegaConf's, naming the value and the type it needed),
     without OmegaConf's lines about its own classes."""
+    from foldexp.config.hydra_errors import not_an_integer
+
+    integer = not_an_integer(exc)
+    if integer is not None:
+        return integer
     lines = str(exc).splitlines()
     cause = exc.__cause__
     if cause is not None and str(cause) and str(cause) not in str(exc):

@@ -44,6 +44,7 @@ __all__ = [
     "check_run_config",
     "check_memory",
     "check_section",
+    "check_value",
     "import_target",
     "physical_memory",
     "plain",
@@ -238,7 +239,8 @@ def check_run_config(
         raise ConfigError(f"{source}: {exc}") from None
 
 
-def _check_value(key: str, value: Any, spec: dataclasses.Field) -> None:
+def check_value(key: str, value: Any, spec: dataclasses.Field) -> None:
+    """``key``'s ``value`` in the range of its schema field ``spec`` (``ConfigError`` if not)."""
     rng = spec.metadata.get("range")
     if rng is None or (isinstance(value, str) and value.startswith("${")):
         return  # an interpolation (``dataset.seed: ${seed}``) is checked where it points
@@ -285,7 +287,7 @@ def _check_node(prefix: str, node: Mapping[str, Any], schema: type) -> None:
         )
     for key, spec in fields.items():
         if key in node:
-            _check_value(f"{prefix}.{key}", node[key], spec)
+            check_value(f"{prefix}.{key}", node[key], spec)
             _check_bool(f"{prefix}.{key}", node[key], spec)
 
 
@@ -532,7 +534,7 @@ def check_config(cfg: DictConfig | Mapping[str, Any], files: bool = True) -> Non
     ``files``: also that the files it names exist (off for a run folder's config, whose model
     comes back without them: its vocabulary and embeddings are saved)."""
     node = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
-    _check_value("seed", node.get("seed", 0), dataclasses.fields(schemas.TrainConfig)[0])
+    check_value("seed", node.get("seed", 0), dataclasses.fields(schemas.TrainConfig)[0])
     if "optimizer" in node:
         _check_optimizer(node["optimizer"], _resolved_node(cfg, "optimizer"))
     for group, schema in _GROUP_SCHEMAS.items():

@@ -8,6 +8,7 @@ and paths groups are the training app's (``foldexp.config``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -16,7 +17,16 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from foldexp.config import DeviceConfig, PathsConfig, register_configs
-from foldexp.config.fields import non_negative, positive
+from foldexp.config.fields import MAX_CLASSES, MAX_WIDTH, count, positive, rng_seed
+from foldexp.config.run import MAX_THREADS
+
+#: The most trees, leaves, sentences or words a benchmark's input may have: a batch of 256 trees
+#: of 64 leaves is the paper's; more than this is a typo that would allocate for minutes.
+MAX_BENCH_SIZE = 65536
+#: The most timed or warm-up repeats (and steps a turn): each is at least a millisecond.
+MAX_REPEATS = 10_000
+#: DyNet's memory pool in MB (``--dynet-mem``): 1 TB.
+MAX_DYNET_MB = 1 << 20
 
 __all__ = [
     "Experiment",
@@ -51,10 +61,10 @@ class ManualMode(str, Enum):
 
 @dataclass
 class ScalingConfig:
-    leaves: list[int] = positive([16, 32, 64, 128, 256, 512, 1024])
+    leaves: list[int] = count([16, 32, 64, 128, 256, 512, 1024], MAX_BENCH_SIZE)
     shapes: list[str] = field(default_factory=lambda: ["balanced", "random", "chain"])
-    batch_size: int = positive(32)
-    state_size: int = positive(128)
+    batch_size: int = count(32, MAX_BENCH_SIZE)
+    state_size: int = count(128, MAX_WIDTH)
     modes: list[Mode] = field(default_factory=lambda: [Mode.inference])
 
 
@@ -79,50 +89,50 @@ class PeersConfig:
             "dgl",
         ]
     )
-    trees: int = positive(256)
-    leaves: int = positive(64)
-    hidden: int = positive(128)
-    embed: int = positive(128)
-    vocab: int = positive(1000)
-    classes: int = positive(5)
-    loop_trees: int = non_negative(64)  # 0: every tree
-    warmup: int = non_negative(1)
-    repeats: int = positive(5)
-    steps_per_turn: int = positive(1)
+    trees: int = count(256, MAX_BENCH_SIZE)
+    leaves: int = count(64, MAX_BENCH_SIZE)
+    hidden: int = count(128, MAX_WIDTH)
+    embed: int = count(128, MAX_WIDTH)
+    vocab: int = count(1000, MAX_BENCH_SIZE)
+    classes: int = count(5, MAX_CLASSES)
+    loop_trees: int = count(64, MAX_BENCH_SIZE, 0)  # 0: every tree
+    warmup: int = count(1, MAX_REPEATS, 0)
+    repeats: int = count(5, MAX_REPEATS)
+    steps_per_turn: int = count(1, MAX_REPEATS)
     timeout_s: float = positive(600.0)
-    dynet_mem: int = positive(1536)
+    dynet_mem: int = count(1536, MAX_DYNET_MB)
     python: str = ""
 
 
 @dataclass
 class DynetTasksConfig:
     tasks: list[str] = field(default_factory=lambda: ["rnnlm", "tagger", "treelstm"])
-    rnnlm_batch_sizes: list[int] = positive([1, 4, 16, 64])
-    tagger_batch_sizes: list[int] = positive([1, 32])
-    treelstm_batch_sizes: list[int] = positive([1, 25])
-    sentences: int = positive(64)
-    threads: int = positive(1)
+    rnnlm_batch_sizes: list[int] = count([1, 4, 16, 64], MAX_BENCH_SIZE)
+    tagger_batch_sizes: list[int] = count([1, 32], MAX_BENCH_SIZE)
+    treelstm_batch_sizes: list[int] = count([1, 25], MAX_BENCH_SIZE)
+    sentences: int = count(64, MAX_BENCH_SIZE)
+    threads: int = count(1, MAX_THREADS)
 
 
 @dataclass
 class BenchConfig:
     name: str = "quick"
     experiments: list[Experiment] = field(default_factory=lambda: [Experiment.table1])
-    warmup: int = non_negative(1)
-    repeats: int = positive(3)
-    min_repeats: int = positive(1)
+    warmup: int = count(1, MAX_REPEATS, 0)
+    repeats: int = count(3, MAX_REPEATS)
+    min_repeats: int = count(1, MAX_REPEATS)
     budget_s: float = positive(20.0)
-    boost_below: int = non_negative(32)  # 0: no boost
+    boost_below: int = count(32, MAX_BENCH_SIZE, 0)  # 0: no boost
     progress: bool = True
     plots: bool = True
-    state_size: int = positive(256)
-    leaves: int = positive(128)
-    vocab_size: int = positive(128)
-    batch_sizes: list[int] = positive([256, 64, 16, 1])
-    train_batch_sizes: list[int] = positive([])
+    state_size: int = count(256, MAX_WIDTH)
+    leaves: int = count(128, MAX_BENCH_SIZE)
+    vocab_size: int = count(128, MAX_BENCH_SIZE)
+    batch_sizes: list[int] = count([256, 64, 16, 1], MAX_BENCH_SIZE)
+    train_batch_sizes: list[int] = count([], MAX_BENCH_SIZE)
     modes: list[Mode] = field(default_factory=lambda: [Mode.inference, Mode.training])
     manual: ManualMode = ManualMode.level
-    warmup_trees: int = non_negative(64)  # 0: warm up on the full batch
+    warmup_trees: int = count(64, MAX_BENCH_SIZE, 0)  # 0: warm up on the full batch
     scaling: ScalingConfig = field(default_factory=ScalingConfig)
     peers: PeersConfig = field(default_factory=PeersConfig)
     dynet_tasks: DynetTasksConfig = field(default_factory=DynetTasksConfig)
@@ -130,7 +140,7 @@ class BenchConfig:
 
 @dataclass
 class BenchAppConfig:
-    seed: int = 0
+    seed: int = rng_seed(0)
     task_name: str = "bench"
     bench: BenchConfig = field(default_factory=BenchConfig)
     device: DeviceConfig = field(default_factory=DeviceConfig)
@@ -160,12 +170,15 @@ def check_bench_config(cfg: Any) -> None:
     """Refuses, naming the key, a ``bench.*`` number outside its schema range or a peer that
     does not exist, before anything is timed (``foldexp.validate.ConfigError``)."""
     from foldexp.bench.peers import PEERS  # registered at import, tests add fakes
-    from foldexp.validate import ConfigError, check_section
+    from foldexp.validate import ConfigError, check_section, check_value
 
     bench = OmegaConf.to_container(cfg.bench, resolve=True)
     for name, schema in _SECTIONS.items():
         node = bench.get(name, {}) if name else bench
         check_section(f"bench.{name}" if name else "bench", node, schema)
+    check_section("device", OmegaConf.to_container(cfg.device, resolve=True), DeviceConfig)
+    seed = next(f for f in dataclasses.fields(BenchAppConfig) if f.name == "seed")
+    check_value("seed", cfg.get("seed", 0), seed)
     for name in bench.get("peers", {}).get("implementations", []):
         if name not in PEERS:
             raise ConfigError(

@@ -14,11 +14,11 @@ from omegaconf import MISSING
 
 from foldexp.config.fields import (
     MAX_CLASSES,
+    MAX_EXAMPLES,
     MAX_GENERATED,
     MAX_SEQUENCE_LENGTH,
+    count,
     existing_file,
-    non_negative,
-    positive,
     ranged,
     rng_seed,
 )
@@ -121,7 +121,8 @@ class SSTDataConfig:
     view: SSTView = SSTView.fine  # fine (5 classes) | binary (neutral roots dropped)
     labels: NodeLabels = NodeLabels.all  # all (loss on every node) | root (sentence label only)
     lowercase: bool = False  # lower-case words for the vocabulary and lookups
-    min_count: int = positive(1)  # words rarer than this in train map to the unknown token
+    # words rarer than this in train map to the unknown token
+    min_count: int = count(1, MAX_EXAMPLES)
     # GloVe text file (.txt or .gz) to initialise embeddings, or null
     word_vectors: str | None = existing_file()
     # with word_vectors: dev/test words that have a vector get their own row
@@ -130,7 +131,7 @@ class SSTDataConfig:
     # fine view: no effect
     neutral_nodes: bool = False
     # use only the first N trees of each split (0 = all); for quick runs
-    limit: int = non_negative(0)
+    limit: int = count(0, MAX_EXAMPLES, 0)
 
 
 @dataclass
@@ -141,11 +142,12 @@ class SSTSentencesDataConfig:
     data_dir: str = "${paths.data_dir}"  # folder holding sst/train.txt, dev.txt, test.txt
     view: SSTView = SSTView.fine  # fine (5 classes) | binary (neutral-root sentences dropped)
     lowercase: bool = False  # lower-case words for the vocabulary and lookups
-    min_count: int = positive(1)  # words rarer than this in train map to the unknown token
+    # words rarer than this in train map to the unknown token
+    min_count: int = count(1, MAX_EXAMPLES)
     # GloVe text file (.txt or .gz) to initialise embeddings, or null
     word_vectors: str | None = existing_file()
     # use only the first N sentences of each split (0 = all); for quick runs
-    limit: int = non_negative(0)
+    limit: int = count(0, MAX_EXAMPLES, 0)
 
 
 @dataclass
@@ -169,7 +171,8 @@ class MoleculeDataConfig:
     # train / dev / test shares (split=column with train/test only: dev's share of train)
     fractions: list[float] = ranged([0.8, 0.1, 0.1], ge=0, le=1)
     seed: int = rng_seed(0)  # split seed (the YAML passes the run seed: sweeps vary the split)
-    limit: int = non_negative(0)  # use only the first N molecules (0 = all); for quick runs
+    # use only the first N molecules (0 = all); for quick runs
+    limit: int = count(0, MAX_EXAMPLES, 0)
     # featurisation cache (null = featurise on every run)
     cache_dir: str | None = "${paths.cache_dir}"
     # classification: weight each task's positives by its negatives / positives on train
@@ -225,13 +228,14 @@ class TreesPTBDataConfig:
     # 0 or 2 children)
     collapse_unary: bool = False
     lowercase: bool = False  # lower-case words for the vocabulary and lookups
-    min_count: int = positive(1)  # words rarer than this in train map to the unknown token
+    # words rarer than this in train map to the unknown token
+    min_count: int = count(1, MAX_EXAMPLES)
     # GloVe text file (.txt or .gz) to initialise embeddings, or null
     word_vectors: str | None = existing_file()
     # with word_vectors: dev/test words that have a vector get their own row
     vector_vocab: bool = False
     # use only the first N trees of each split (0 = all); for quick runs
-    limit: int = non_negative(0)
+    limit: int = count(0, MAX_EXAMPLES, 0)
 
 
 @dataclass
@@ -246,7 +250,8 @@ class TextCSVDataConfig:
     label_column: str = "label"  # its class: integers 0..K-1, or names (class ids in sorted order)
     tokenizer: Tokenizer = Tokenizer.whitespace  # whitespace (words) | chars (characters)
     lowercase: bool = False  # lower-case the texts
-    min_count: int = positive(1)  # words rarer than this in train map to the unknown token
+    # words rarer than this in train map to the unknown token
+    min_count: int = count(1, MAX_EXAMPLES)
     # GloVe text file (.txt or .gz) to initialise embeddings, or null
     word_vectors: str | None = existing_file()
     # random (fractions, seed) | column (split_column says train / valid|dev / test)
@@ -258,4 +263,4 @@ class TextCSVDataConfig:
     # error | skip: a row with an empty text or a missing label (skip warns, naming the first rows)
     on_invalid: OnInvalid = OnInvalid.error
     # use only the first N examples of each split (0 = all); for quick runs
-    limit: int = non_negative(0)
+    limit: int = count(0, MAX_EXAMPLES, 0)

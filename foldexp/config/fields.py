@@ -3,7 +3,9 @@
 A schema field made with ``ranged`` (or ``positive``, ``non_negative``, ``probability``,
 ``learning_rate``, ``decay``, ``rng_seed``, ``width``) carries
 its valid interval in the dataclass field's metadata; ``foldexp.validate.check_config`` enforces
-it when a config is composed, naming the key, the value and the range.
+it when a config is composed, naming the key, the value and the range. Every integer key has an
+upper bound too (``tests/reliability/test_config_bounds.py`` walks the schemas): a count a
+user would not wait for, or memory no machine has, fails before anything runs.
 """
 
 from __future__ import annotations
@@ -15,15 +17,20 @@ from typing import Any
 __all__ = [
     "FLOAT32_MAX",
     "FLOAT32_TINY",
+    "MAX_BATCH_SIZE",
     "MAX_CLASSES",
+    "MAX_EPOCHS",
+    "MAX_EXAMPLES",
     "MAX_GENERATED",
     "MAX_LAYERS",
     "MAX_LR",
     "MAX_SEED",
     "MAX_SEQUENCE_LENGTH",
+    "MAX_STEPS",
     "MAX_WEIGHT_DECAY",
     "MAX_WIDTH",
     "Range",
+    "count",
     "is_finite",
     "decay",
     "enum_value",
@@ -174,6 +181,24 @@ MAX_CLASSES = 100_000
 MAX_GENERATED = 10_000_000
 #: The longest generated sequence: 10 times the longest of Raffel & Ellis (2016), 10000 steps.
 MAX_SEQUENCE_LENGTH = 100_000
+#: The most epochs: at one second an epoch, 11.6 days. ``trainer.epochs=1000000000000`` was
+#: accepted and would have run for ever; more than this is a typo (a dropped decimal point).
+MAX_EPOCHS = 1_000_000
+#: The most optimizer steps a step count may name (``trainer.max_steps``, warm-up, decay,
+#: checkpoint and logging intervals): at one millisecond a step, 11.6 days.
+MAX_STEPS = 1_000_000_000
+#: The most inputs in one batch: every example of the largest generated dataset
+#: (``MAX_GENERATED``); ``trainer.batch_size=99999999999999999999`` was accepted.
+MAX_BATCH_SIZE = MAX_GENERATED
+#: The most examples (or a word's occurrences) a count over a dataset file may name
+#: (``dataset.limit``, ``dataset.min_count``): more than any file foldexp reads holds.
+MAX_EXAMPLES = 1_000_000_000
+
+
+def count(default: Any, high: int, low: int = 1) -> Any:
+    """An integer key (or a list of them): ``low <= value <= high`` (every integer key has a
+    ceiling)."""
+    return ranged(default, ge=low, le=high)
 
 
 def rng_seed(default: Any) -> Any:

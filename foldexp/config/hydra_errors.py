@@ -14,12 +14,20 @@ boolean key given ``2`` or ``on`` fails as a wrongly typed override does.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["composing", "composition_done", "still_composing", "check_command_line"]
+__all__ = [
+    "composing",
+    "composition_done",
+    "still_composing",
+    "check_command_line",
+    "not_an_integer",
+]
 
 _MARK = "FOLDEXP_COMPOSING"
 _users: str | None = None  # the user's own HYDRA_FULL_ERROR, put back when composition is done
@@ -71,3 +79,23 @@ def check_command_line(cfg: Any) -> None:
         check_bool_overrides(cfg, list(HydraConfig.get().overrides.task))
     except ConfigError as exc:
         raise ConfigCompositionException(f"Error merging override {exc}") from None
+
+
+_MERGING = re.compile(r"Error merging override ([\w.]+)=(\S+)")
+
+
+def not_an_integer(exc: BaseException) -> str | None:
+    """An override that OmegaConf could not read as its integer key's value
+    (``trainer.epochs=1e12``, ``2.5``) as one line naming the key, the value and the key's
+    range: ``trainer.epochs=1e12; expected an integer, 1 <= value <= 1000000``; else ``None``."""
+    cause = exc.__cause__
+    found = _MERGING.match(str(exc))
+    if found is None or "converted to Integer" not in str(cause):
+        return None
+    schema = getattr(cause, "object_type", None)
+    name = getattr(cause, "key", None)
+    fields = (
+        {f.name: f for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else {}
+    )
+    rng = fields[name].metadata.get("range") if name in fields else None
+    return f"{found[1]}={found[2]}; expected an integer" + (f", {rng.describe()}" if rng else "")

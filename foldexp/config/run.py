@@ -15,10 +15,13 @@ from omegaconf import MISSING
 
 from foldexp.config.fields import (
     FLOAT32_TINY,
+    MAX_BATCH_SIZE,
+    MAX_EPOCHS,
+    MAX_STEPS,
+    count,
     decay,
     learning_rate,
     non_negative,
-    positive,
     probability,
     ranged,
     rng_seed,
@@ -93,8 +96,8 @@ MAX_PROCESSES = 256
 class DeviceConfig:
     name: DeviceName = DeviceName.cpu  # cpu | cuda | auto
     # torch intra-op threads: null = 2, or 1 on a machine already busy when foldexp started
-    # (foldexp/startup.py); 0 = torch's default
-    threads: int | None = ranged(None, ge=0, le=MAX_THREADS, none_ok=True)
+    # (foldexp/startup.py); else this many (torch's own default is one a core)
+    threads: int | None = ranged(None, ge=1, le=MAX_THREADS, none_ok=True)
     # CPU float32 dense layers through oneDNN (foldexp/kernels/dense.py): null = where it pays
     # (AMD CPUs of family 26 on, whose full-width AVX-512 MKL leaves half idle); true / false
     # force it
@@ -120,18 +123,19 @@ class PathsConfig:
 
 @dataclass
 class TrainerConfig:
-    epochs: int = positive(10)  # passes over the training set
-    batch_size: int = positive(25)  # inputs per optimizer step
-    eval_batch_size: int = positive(256)  # inputs per evaluation batch
-    max_steps: int = non_negative(0)  # stop after this many optimizer steps in all (0 = no limit)
+    epochs: int = count(10, MAX_EPOCHS)  # passes over the training set
+    batch_size: int = count(25, MAX_BATCH_SIZE)  # inputs per optimizer step
+    eval_batch_size: int = count(256, MAX_BATCH_SIZE)  # inputs per evaluation batch
+    # stop after this many optimizer steps in all (0 = no limit)
+    max_steps: int = count(0, MAX_STEPS, 0)
     # use at most this many batches per epoch and evaluation (0 = all)
-    limit_batches: int = non_negative(0)
+    limit_batches: int = count(0, MAX_STEPS, 0)
     # stop after this many epochs without a better dev score (0 = never)
-    patience: int = non_negative(0)
+    patience: int = count(0, MAX_EPOCHS, 0)
     select_metric: str = "dev_accuracy"  # the metrics.csv column that picks the best checkpoint
     select_mode: SelectMode = SelectMode.max  # max | min: whether larger select_metric is better
     # also checkpoint every N steps inside an epoch (0 = epoch ends only)
-    checkpoint_every: int = non_negative(0)
+    checkpoint_every: int = count(0, MAX_STEPS, 0)
     resume: bool = False  # continue from <run dir>/checkpoints/last.pt if it exists
     overwrite: bool = False  # replace a run already in the run dir (else such a folder is refused)
     # read a checkpoint to resume, or a teacher's files, that has no .sha256 sidecar or does not
@@ -143,11 +147,12 @@ class TrainerConfig:
     # the learning rate over the run's steps: constant | linear | cosine decay from optimizer.lr
     # to lr_min_ratio of it at the last step (foldexp/train/lr_schedule.py)
     lr_schedule: LRSchedule = LRSchedule.constant
-    lr_warmup_steps: int = non_negative(0)  # first rises linearly to optimizer.lr over N steps
+    # first rises linearly to optimizer.lr over N steps
+    lr_warmup_steps: int = count(0, MAX_STEPS, 0)
     lr_min_ratio: float = ranged(0.0, ge=0, le=1)  # the decay's end, a share of optimizer.lr
     # steps from the first to the floor, warm-up included; 0 = the run's (trainer.max_steps, else
     # epochs x batches per epoch), which more epochs on resume stretch
-    lr_decay_steps: int = non_negative(0)
+    lr_decay_steps: int = count(0, MAX_STEPS, 0)
     # evaluate and keep an average of the weights, avg <- d*avg + (1-d)*w per step (0 = off)
     ema_decay: float = probability(0.0)
     progress: bool = True  # tqdm progress bars (silenced automatically when not a terminal)
@@ -222,7 +227,7 @@ class CsvLoggerConfig:
 @dataclass
 class TensorBoardLoggerConfig:
     # the training loss every N optimizer steps; every epoch's metrics
-    log_every_n_steps: int = positive(10)
+    log_every_n_steps: int = count(10, MAX_STEPS)
 
 
 @dataclass

@@ -10,6 +10,7 @@ near 2**63 overflowed at the first step, after the data had loaded.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -173,32 +174,14 @@ def test_a_tree_label_beyond_the_class_ceiling_is_refused_naming_the_line(tmp_pa
         trees_ptb(str(tmp_path / "trees"))
 
 
-#: Numbers without a ceiling, and why none is needed: a huge value means "all" or "never" and
-#: allocates nothing (a batch larger than the split is the whole split).
+#: Float settings without a ceiling, and why none is needed: a huge value means "off" or
+#: "never" and allocates nothing. Every integer key has one (issue 39: a count of 1e12 epochs or
+#: a batch of 1e20 is a typo, not a wish), checked below for every schema.
 NO_CEILING = {
-    "TrainerConfig.epochs": "a loop bound; max_steps and patience stop a run earlier",
-    "TrainerConfig.batch_size": "capped by the split's size",
-    "TrainerConfig.eval_batch_size": "capped by the split's size",
-    "TrainerConfig.max_steps": "a loop bound",
-    "TrainerConfig.limit_batches": "at most all batches",
-    "TrainerConfig.patience": "at most never stopping early",
-    "TrainerConfig.checkpoint_every": "at most at epoch ends only",
     "TrainerConfig.grad_clip": "at most no clipping",
     "TrainerConfig.log_every_s": "at most no progress lines",
-    "TrainerConfig.lr_warmup_steps": "below the run's steps, checked before the first step",
-    "TrainerConfig.lr_decay_steps": "a step count: at most a rate that barely decays",
     "AdagradConfig.lr_decay": "at most a rate that falls to nothing after the first step",
     "AdagradConfig.initial_accumulator_value": "at most steps that barely move",
-    "TensorBoardLoggerConfig.log_every_n_steps": "at most no step lines",
-    "SSTDataConfig.min_count": "at most every word unknown",
-    "SSTDataConfig.limit": "at most all trees",
-    "SSTSentencesDataConfig.min_count": "at most every word unknown",
-    "SSTSentencesDataConfig.limit": "at most all sentences",
-    "TreesPTBDataConfig.min_count": "at most every word unknown",
-    "TreesPTBDataConfig.limit": "at most all trees",
-    "TextCSVDataConfig.min_count": "at most every word unknown",
-    "TextCSVDataConfig.limit": "at most all rows",
-    "MoleculeDataConfig.limit": "at most all molecules",
     "AttentionModelConfig.tolerance": "at most every prediction counted correct",
 }
 
@@ -257,3 +240,82 @@ def test_another_runtime_error_keeps_its_traceback() -> None:
 
     with pytest.raises(RuntimeError, match="cannot be multiplied"):
         report_errors("train", run)
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("trainer.batch_size=99999999999999999999",
+         "trainer.batch_size=99999999999999999999; expected 1 <= value <= 10000000"),
+        ("trainer.epochs=1e12", "trainer.epochs=1e12; expected an integer, 1 <= value <= 1000000"),
+        ("trainer.epochs=1000000000000",
+         "trainer.epochs=1000000000000; expected 1 <= value <= 1000000"),
+        ("device.threads=0", "device.threads=0; expected 1 <= value <= 1024"),
+        ("trainer.max_steps=10000000000", "trainer.max_steps=10000000000; expected 0 <= value <= "
+         "1000000000"),
+        ("dataset.n=1e12", "dataset.n=1e12; expected an integer, 3 <= value <= 10000000"),
+    ],
+)  # fmt: skip
+def test_issue_39_integers_fail_at_compose_time_on_one_line(
+    capsys: pytest.CaptureFixture[str], override: str, says: str
+) -> None:
+    """Issue 39, row 17: each was accepted (``1e12`` failed without saying what is allowed)."""
+    from foldexp.cli import main
+
+    try:
+        status = main(["train", override])
+    except SystemExit as exit_:  # a range check's error ends the Hydra app
+        status = exit_.code
+    assert status == 2
+    assert capsys.readouterr().err == f"foldexp train: error: {says}\n"
+
+
+def _schemas() -> list[type]:
+    """Every config schema: the training app's groups, datasets and models, and the bench's."""
+    from foldexp.bench import schema as bench
+    from foldexp.config import dataset, model, run
+
+    return [
+        c
+        for module in (run, dataset, model, bench)
+        for c in vars(module).values()
+        if dataclasses.is_dataclass(c) and c.__module__ == module.__name__
+    ]
+
+
+def test_every_integer_key_of_every_schema_has_both_bounds() -> None:
+    """An integer key without a ceiling takes any size (``trainer.batch_size=1e20``), and one
+    without a floor any sign: each names both, so a new key cannot forget them."""
+    unbounded = []
+    for schema in _schemas():
+        for f in dataclasses.fields(schema):
+            if "int" not in str(f.type).replace("Point", ""):
+                continue
+            rng = f.metadata.get("range")
+            if (
+                rng is None
+                or (rng.le is None and rng.lt is None)
+                or (rng.ge is None and rng.gt is None)
+            ):
+                unbounded.append(f"{schema.__name__}.{f.name}")
+    assert len(_schemas()) > 20
+    assert unbounded == []
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("device.threads=0", "device.threads=0; expected 1 <= value <= 1024"),
+        ("seed=-1", "seed=-1; expected 0 <= value <= 4294967295"),
+        ("bench.peers.trees=1000000", "bench.peers.trees=1000000; expected 1 <= value <= 65536"),
+    ],
+)
+def test_the_bench_bounds_its_integers_too(override: str, says: str, tmp_path: Path) -> None:
+    from foldexp.bench.app import compose_config as compose_bench
+    from foldexp.bench.run import run_bench
+
+    cfg = compose_bench(["bench=peers", override], output_dir=tmp_path / "run")
+    with pytest.raises(ConfigError) as err:
+        run_bench(cfg)
+    assert str(err.value) == says
+    assert not (tmp_path / "run").exists()

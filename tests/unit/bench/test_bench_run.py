@@ -137,12 +137,15 @@ def test_config_mistakes_fail_at_compose_time(tmp_path: Path) -> None:
     "override, expected",
     [
         ("bench.peers.implementations=[loop_plan]", "'loop_plan' is not a peer; one of engine"),
-        ("bench.peers.loop_trees=-3", "bench.peers.loop_trees=-3; expected a value >= 0"),
-        ("bench.peers.steps_per_turn=0", "bench.peers.steps_per_turn=0; expected a value > 0"),
+        ("bench.peers.loop_trees=-3", "bench.peers.loop_trees=-3; expected 0 <= value <= 65536"),
+        (
+            "bench.peers.steps_per_turn=0",
+            "bench.peers.steps_per_turn=0; expected 1 <= value <= 10000",
+        ),
         ("bench.budget_s=nan", "bench.budget_s=nan; expected a finite value > 0"),
-        ("bench.batch_sizes=[256,0]", "bench.batch_sizes=[256, 0]; expected a value > 0"),
-        ("bench.scaling.batch_size=0", "bench.scaling.batch_size=0; expected a value > 0"),
-        ("bench.dynet_tasks.threads=0", "bench.dynet_tasks.threads=0; expected a value > 0"),
+        ("bench.batch_sizes=[256,0]", "bench.batch_sizes=[256, 0]; expected 1 <= value <= 65536"),
+        ("bench.scaling.batch_size=0", "bench.scaling.batch_size=0; expected 1 <= value <= 65536"),
+        ("bench.dynet_tasks.threads=0", "bench.dynet_tasks.threads=0; expected 1 <= value <= 1024"),
     ],
 )
 def test_values_out_of_range_fail_before_anything_is_timed(

@@ -81,7 +81,7 @@ def test_a_float_range_says_finite_where_a_side_is_open(rng: Range, text: str) -
 @pytest.mark.parametrize(
     "override, expected",
     [
-        ("device.threads=100000", "device.threads=100000; expected 0 <= value <= 1024"),
+        ("device.threads=100000", "device.threads=100000; expected 1 <= value <= 1024"),
         ("trainer.num_workers=1000", "trainer.num_workers=1000; expected 0 <= value <= 64"),
     ],
 )
