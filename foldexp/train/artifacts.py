@@ -19,10 +19,18 @@ way: deleting ``best.pt.sha256`` must not be a way past the check. Accepting suc
 user's explicit choice (``trust_unverified``: ``--trust-unverified`` on the commands that read
 run folders, ``trainer.trust_unverified=true`` for a resume or a teacher); it is then read with a
 logged warning, which is how a run from before foldexp stored checksums stays usable.
+
+A full disk. Each file reaches the disk (``fsync``) before it is renamed into place; a write the
+disk refuses (``ENOSPC``, ``EDQUOT``, ``EIO``, ``EFBIG``) leaves the file as it was and raises
+``WriteFailedError``, one line naming the file, the space free there and the space it needs,
+which ``foldexp train`` prints with status 2. ``restorable`` puts a file's previous version back
+when writes that must follow it fail (``best.pt`` before its epoch's ``last.pt``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -42,11 +50,13 @@ from foldexp.data.jsonfile import read_json
 __all__ = [
     "CHECKSUM_SUFFIX",
     "CorruptFileError",
+    "WriteFailedError",
     "atomic_write",
     "checksum_path",
     "file_mode",
     "file_sha256",
     "plot_curves",
+    "restorable",
     "read_verified_json",
     "trust_unverified",
     "verify_file",
@@ -221,7 +231,9 @@ def atomic_write(
     path: str | os.PathLike[str], write: Callable[[str], None], checksum: bool = False
 ) -> Path:
     """Calls ``write(tmp_path)`` then renames the temporary file onto ``path``; with
-    ``checksum``, first records the new contents' sha256 in ``<name>.sha256``."""
+    ``checksum``, first records the new contents' sha256 in ``<name>.sha256``. The contents
+    reach the disk (``fsync``) before the rename; a write the disk refuses (full, over quota, an
+    I/O error) raises ``WriteFailedError`` naming ``path`` and the space, ``path`` untouched."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(
@@ -230,15 +242,111 @@ def atomic_write(
     os.close(fd)
     try:
         write(tmp)
+        _fsync(tmp)  # a disk that fills up after write() returned says so here, not later
         os.chmod(tmp, file_mode())  # mkstemp's 0600 would hide results from the user's group
         if checksum:
             _write_sidecar(path, file_sha256(tmp), _previous_hash(path))
         os.replace(tmp, path)
+    except OSError as exc:
+        failed = _write_failed(path, tmp, exc)
+        _unlink(tmp)
+        if failed is None:
+            raise
+        raise failed from None
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        _unlink(tmp)
         raise
     return path
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+class WriteFailedError(OSError):
+    """A file the disk refused to hold (full, over quota, an I/O error); its message is one
+    line naming the file, the space there and the space it needs."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+_DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG}
+
+
+def _write_failed(path: Path, tmp: str, exc: OSError) -> WriteFailedError | None:
+    """``exc`` as one line naming ``path`` and the space, when the disk refused the write."""
+    if isinstance(exc, WriteFailedError):
+        return exc  # the sidecar's own, already named
+    if exc.errno not in _DISK_ERRORS:
+        return None
+    sizes = []
+    with contextlib.suppress(OSError):
+        st = os.statvfs(path.parent)
+        sizes.append(f"{_size(st.f_bavail * st.f_frsize)} free there")
+    with contextlib.suppress(OSError):
+        sizes.append(f"it needs about {_size(path.stat().st_size)}, its previous version's size")
+    with contextlib.suppress(OSError):
+        sizes.append(f"{_size(os.path.getsize(tmp))} had been written")
+    kept = "is as it was before" if path.exists() else "was not written"
+    failed = WriteFailedError(
+        f"cannot write {path}: {exc.strerror or exc} ({'; '.join(sizes) or 'no size known'}); "
+        f"{path.name} {kept}: free space there and run again (a training run resumes from its "
+        "last checkpoint with trainer.resume=true)"
+    )
+    failed.errno, failed.filename = exc.errno, str(path)
+    return failed
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+@contextlib.contextmanager
+def restorable(path: Path) -> Iterator[Callable[[], None]]:
+    """For writes that must succeed together: yields ``keep``, which (called before ``path``
+    is replaced) keeps its current version and sidecar as hard links (no space needed). If the
+    block then fails, that version is put back (or the new file removed where there was none),
+    so a file never stays newer than the writes that should have followed it."""
+    kept: list[tuple[Path, Path | None]] = []
+
+    def keep() -> None:
+        for p in () if kept else (path, checksum_path(path)):
+            link: Path | None = p.with_name(f".{p.name}.{os.getpid()}.keep.tmp")
+            try:
+                os.link(p, link)
+            except FileNotFoundError:
+                link = None
+            except OSError as exc:  # a file system without hard links: no way back
+                log.warning("cannot keep %s's previous version (%s)", p, exc)
+                return
+            kept.append((p, link))
+
+    try:
+        yield keep
+    except BaseException:
+        for p, link in kept:
+            if link is None:
+                p.unlink(missing_ok=True)
+            else:
+                os.replace(link, p)
+        raise
+    finally:
+        for _, link in kept:
+            if link is not None:
+                link.unlink(missing_ok=True)
 
 
 def write_text(path: str | os.PathLike[str], text: str, checksum: bool = False) -> Path:

@@ -121,7 +121,14 @@ def save_checkpoint(
     }
     if config is not None:
         payload["config"] = config
-    return atomic_write(path, lambda tmp: torch.save(payload, tmp), checksum=True)
+    return atomic_write(path, lambda tmp: _save(payload, tmp), checksum=True)
+
+
+def _save(payload: dict[str, Any], path: str) -> None:
+    # Through a Python file: a full disk is then an OSError naming its errno (torch.save given
+    # a path raises "unexpected pos 704 vs 598" instead).
+    with open(path, "wb") as f:
+        torch.save(payload, f)
 
 
 _GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")

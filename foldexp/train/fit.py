@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 
 from foldexp.governor import ThreadGovernor
 from foldexp.train import distributed as dd
-from foldexp.train.artifacts import plot_curves, write_metrics_csv
+from foldexp.train.artifacts import plot_curves, restorable, write_metrics_csv
 from foldexp.train.checkpoint import save_run
 from foldexp.train.ema import ParamAverage
 from foldexp.train.evaluate import evaluate, improves
@@ -230,24 +230,29 @@ def _end_epoch(run: TrainingRun, t_epoch: float) -> None:
     }
     if run.lr_schedule is not None:  # the rate of the epoch's last step (first group's)
         row["lr"] = float(run.optimizer.param_groups[0]["lr"])
-    # Evaluation (and best.pt) use the parameter average when there is one (``ema.py``).
-    with run.ema.applied() if run.ema is not None else contextlib.nullcontext():
-        row.update(evaluate_split(run, "dev"))
-        if improves(row, run.select, run.better, progress, epoch):
-            run.checkpoint(run.best)  # the weights just evaluated
-    row["epoch_seconds"] = time.perf_counter() - t_epoch
-    row = run.book.end_epoch(row)  # every rank takes the same early-stopping decisions
-    progress["history"].append(row)
-    floats = ", ".join(f"{k}={v:.4f}" for k, v in row.items() if isinstance(v, float))
-    log.info("epoch %d: %s", epoch, floats)
-    if progress["best_epoch"] != epoch:
-        progress["bad_epochs"] += 1
-        if tc.patience and progress["bad_epochs"] >= tc.patience:
-            progress["stopped"] = f"no better {run.select} for {tc.patience} epochs"
-    progress.update(epoch=epoch + 1, batch=0, epoch_sums={}, epoch_n=0)
-    run.checkpoint(run.last)
+    # A new best.pt stands only once last.pt of its epoch is written: a full disk (or any
+    # failure) before then puts the previous one back, the one last.pt still names.
+    with restorable(run.best) as keep_best:
+        # Evaluation (and best.pt) use the parameter average when there is one (``ema.py``).
+        with run.ema.applied() if run.ema is not None else contextlib.nullcontext():
+            row.update(evaluate_split(run, "dev"))
+            if improves(row, run.select, run.better, progress, epoch):
+                if run.ctx.is_main:  # (the rank that writes it)
+                    keep_best()
+                run.checkpoint(run.best)  # the weights just evaluated
+        row["epoch_seconds"] = time.perf_counter() - t_epoch
+        row = run.book.end_epoch(row)  # every rank takes the same early-stopping decisions
+        progress["history"].append(row)
+        floats = ", ".join(f"{k}={v:.4f}" for k, v in row.items() if isinstance(v, float))
+        log.info("epoch %d: %s", epoch, floats)
+        if progress["best_epoch"] != epoch:
+            progress["bad_epochs"] += 1
+            if tc.patience and progress["bad_epochs"] >= tc.patience:
+                progress["stopped"] = f"no better {run.select} for {tc.patience} epochs"
+        progress.update(epoch=epoch + 1, batch=0, epoch_sums={}, epoch_n=0)
+        run.checkpoint(run.last)
     run.run_log.epoch(row)
-    if run.run_log.csv:
+    if run.run_log.csv:  # (a resume rewrites it from last.pt when it is a row short)
         write_metrics_csv(run.out_dir / "metrics.csv", progress["history"])
         if tc.plots:
             best = progress["best_epoch"]
