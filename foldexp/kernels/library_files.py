@@ -33,7 +33,15 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["UntrustedLibrary", "cache_lock", "load_name", "private_dir", "record", "vouched"]
+__all__ = [
+    "UnsafeFolder",
+    "UntrustedLibrary",
+    "cache_lock",
+    "load_name",
+    "private_dir",
+    "record",
+    "vouched",
+]
 
 log = logging.getLogger("foldexp.kernels")
 
@@ -45,6 +53,10 @@ _held: list[int] = []  # descriptors of loaded libraries (see the module docstri
 
 class UntrustedLibrary(RuntimeError):
     """A file in the kernel cache that this process cannot vouch for."""
+
+
+class UnsafeFolder(RuntimeError):
+    """A kernel cache folder that someone else could write to: nothing is built or loaded."""
 
 
 def _uid() -> int | None:
@@ -74,13 +86,13 @@ def private_dir(path: Path) -> Path:
     if not stat.S_ISDIR(st.st_mode) or (
         uid is not None and (st.st_uid != uid or st.st_mode & 0o022)
     ):
-        raise RuntimeError(
+        raise UnsafeFolder(
             f"{path} is not a private folder of this user (owner {st.st_uid}, mode "
             f"{st.st_mode & 0o777:o}): set FOLDEXP_KERNEL_CACHE to one"
         )
     fault = _chain_fault(path)
     if fault is not None:
-        raise RuntimeError(
+        raise UnsafeFolder(
             f"{path} is not a private folder of this user ({fault}): set FOLDEXP_KERNEL_CACHE "
             "to a folder only you can change"
         )

@@ -237,7 +237,12 @@ def load_kernels() -> ctypes.CDLL | None:
                 _loaded = _load()
             except Exception as err:  # noqa: BLE001  (any failure: torch ops serve instead)
                 _failure = f"{type(err).__name__}: {err}"
-                log.info("foldexp's C++ kernels unavailable, using torch ops: %s", _failure)
+                # A folder others could write is the user's to fix: said louder than a missing
+                # compiler, which is a machine's normal state.
+                level = (
+                    logging.WARNING if isinstance(err, library_files.UnsafeFolder) else logging.INFO
+                )
+                log.log(level, "foldexp's C++ kernels unavailable, using torch ops: %s", _failure)
             _tried = True
     return _loaded
 
