@@ -30,7 +30,6 @@ when writes that must follow it fail (``best.pt`` before its epoch's ``last.pt``
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import logging
@@ -46,6 +45,7 @@ from typing import Any
 import pandas as pd
 
 from foldexp.data.jsonfile import read_json
+from foldexp.train.write_errors import WriteFailedError, write_failed
 
 __all__ = [
     "CHECKSUM_SUFFIX",
@@ -248,7 +248,7 @@ def atomic_write(
             _write_sidecar(path, file_sha256(tmp), _previous_hash(path))
         os.replace(tmp, path)
     except OSError as exc:
-        failed = _write_failed(path, tmp, exc)
+        failed = write_failed(path, tmp, exc)
         _unlink(tmp)
         if failed is None:
             raise
@@ -270,48 +270,6 @@ def _fsync(path: str) -> None:
 def _unlink(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-
-
-class WriteFailedError(OSError):
-    """A file the disk refused to hold (full, over quota, an I/O error); its message is one
-    line naming the file, the space there and the space it needs."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-_DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG}
-
-
-def _write_failed(path: Path, tmp: str, exc: OSError) -> WriteFailedError | None:
-    """``exc`` as one line naming ``path`` and the space, when the disk refused the write."""
-    if isinstance(exc, WriteFailedError):
-        return exc  # the sidecar's own, already named
-    if exc.errno not in _DISK_ERRORS:
-        return None
-    sizes = []
-    with contextlib.suppress(OSError):
-        st = os.statvfs(path.parent)
-        sizes.append(f"{_size(st.f_bavail * st.f_frsize)} free there")
-    with contextlib.suppress(OSError):
-        sizes.append(f"it needs about {_size(path.stat().st_size)}, its previous version's size")
-    with contextlib.suppress(OSError):
-        sizes.append(f"{_size(os.path.getsize(tmp))} had been written")
-    kept = "is as it was before" if path.exists() else "was not written"
-    failed = WriteFailedError(
-        f"cannot write {path}: {exc.strerror or exc} ({'; '.join(sizes) or 'no size known'}); "
-        f"{path.name} {kept}: free space there and run again (a training run resumes from its "
-        "last checkpoint with trainer.resume=true)"
-    )
-    failed.errno, failed.filename = exc.errno, str(path)
-    return failed
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} bytes"
 
 
 @contextlib.contextmanager
