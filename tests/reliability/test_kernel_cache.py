@@ -1,11 +1,11 @@
 """Issue 39, rows 1-3: nothing runs from the kernel cache that this process cannot vouch for.
 
 A harmless shared library whose constructor writes a marker file is planted where foldexp's
-kernels and its native tracing are cached (over the file, as a link to a world-writable file of
-another user's, with mode 666, beside a sidecar that does not match, as a FIFO). A fresh process
-(its cache a private folder of the test's, never the user's) loads the kernels: the marker must
-never appear, a warning names each planted file, the kernels work after the rebuild, and the
-FIFO does not block.
+kernels, its native tracing and a user's pointwise ops are cached (over the file, as a link to
+a world-writable file of another user's, with mode 666, beside a sidecar that does not match,
+as a FIFO). A fresh process (its cache a private folder of the test's, never the user's) loads
+them: the marker must never appear, a warning names each planted file, the kernels work after
+the rebuild, and the FIFO does not block.
 """
 
 from __future__ import annotations
@@ -48,6 +48,13 @@ z, cl, cr = torch.randn(4, 40), torch.randn(4, 8), torch.randn(4, 8)
 assert treelstm.fused_cells_enabled()
 for a, b in zip(treelstm.binary_state(z, cl, cr), treelstm.binary_state_ops(z, cl, cr)):
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+from foldexp.kernels.pointwise_code import Const, Instr, Leaf, Region, RegionCall, run_in_torch
+region = Region(width=8, source_widths=(8,), leaves=(Leaf(0, 0),), outputs=(2,),
+                instrs=(Instr("sigmoid", (0,)), Instr("mul", (Const(2.0), 1))))
+call = RegionCall(region)  # a user's pointwise ops: a library of its own
+assert call.kernel is not None
+x = torch.randn(5, 8)
+torch.testing.assert_close(call(x)[0], run_in_torch(region, [x])[0])
 print("KERNELS OK")
 """
 
@@ -128,7 +135,11 @@ def test_a_planted_library_never_runs(how: str, built: Path, evil: Path, tmp_pat
     outside = tmp_path / "outside"
     outside.mkdir()
     libs = sorted(cache.glob("*.so"))
-    assert {p.name.split("-")[0] for p in libs} == {"foldexp_kernels", "foldexp_native_trace"}
+    assert {p.name.split("-")[0] for p in libs} == {
+        "foldexp_kernels",
+        "foldexp_native_trace",
+        "pointwise",
+    }
     for lib in libs:
         _plant(how, lib, evil, outside)
     marker = tmp_path / "constructor-ran"
