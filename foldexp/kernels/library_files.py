@@ -25,13 +25,17 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import logging
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no /proc/self/fd either, so nothing is loaded (``load_name``)
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "UnsafeFolder",
@@ -109,7 +113,8 @@ def cache_lock(folder: Path) -> Iterator[None]:
         _discard(path, str(err))
         fd = _open_checked(path, create=True)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)
