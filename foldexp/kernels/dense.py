@@ -59,7 +59,7 @@ from torch.autograd.function import once_differentiable
 from torch.overrides import TorchFunctionMode
 
 from foldexp.kernels.deferred import DeferredLinear, accumulate_product, active_collector
-from foldexp.kernels.native import cpu_vendor_family
+from foldexp.kernels.native import cpu_vendor_family, transforms_active
 
 __all__ = [
     "Linear",
@@ -178,6 +178,8 @@ def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (
         _enabled
         and x.dim() == 2
+        # A tracer records the padding as constants and warns on the row count: torch's route.
+        and not transforms_active()
         and x.shape[0] >= MIN_ROWS
         and x.dtype == torch.float32
         and weight.dtype == torch.float32
