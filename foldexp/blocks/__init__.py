@@ -58,6 +58,10 @@ Control and recursion:
     ``ForwardDeclaration()``      recursion: ``decl()`` makes a reference, ``decl.resolve_to``
                                   defines it once; its types are inferred
     ``Metric(name)``              records a tensor from anywhere into ``Compiler.last_metrics``
+    ``While(cond, body, max_iterations, count=False)``  ``body`` while ``cond``: a loop of
+                                  computed length, batched over its instances still running
+    ``Unfold(step, max_length)``  ``step: T → (T, y, stop)`` until ``stop``: a sequence of
+                                  computed length (plans built in stages)
 
 Layers (``nn.Module``s sized from their input type; use in ``Function`` or directly in ``>>``):
     ``FC(num_units_out)``         a fully connected layer
@@ -74,6 +78,7 @@ input raises ``InputError`` with its path inside the input.
 from foldexp.blocks._base import Block, InputError, Pipe, Wire, convert_to_block
 from foldexp.blocks._composition import Composition
 from foldexp.blocks._layers import FC, Embedding
+from foldexp.blocks._loops import Unfold, While
 from foldexp.blocks._metrics import Metric
 from foldexp.blocks._onehot import OneHot, OneHotFromList
 from foldexp.blocks._ops import Op
@@ -110,6 +115,6 @@ __all__ = [
     "Function", "FromTensor", "Concat", "Zeros",
     "Map", "Fold", "RNN", "Reduce", "Sum", "Min", "Max", "Mean", "Broadcast", "Zip", "ZipWith",
     "NGrams", "Nth", "Length", "Slice",
-    "OneOf", "ForwardDeclaration", "Metric",
+    "OneOf", "ForwardDeclaration", "Metric", "While", "Unfold",
     "FC", "Embedding",
 ]  # fmt: skip

@@ -15,6 +15,12 @@ from __future__ import annotations
 from foldexp.blocks._base import Block, InputError, Pipe, convert_to_block
 from foldexp.blocks._closures import Memo, closure_class, trace_fn
 from foldexp.blocks._fusion import FusedOps, fused_blocks
+from foldexp.blocks._loops import (
+    PROBE_METRIC,
+    STOP_METRIC,
+    UnfoldLengths,
+    contains_unfold,
+)
 from foldexp.blocks._ops import Op, structure_builder, structure_flattener
 from foldexp.blocks._recursion import _ForwardRef as ForwardRef
 from foldexp.blocks._steps import run_steps
@@ -42,4 +48,9 @@ __all__ = [
     # fusion: a run of operation blocks in a pipe becomes one operation
     "FusedOps",
     "fused_blocks",
+    # loops of computed length (``_loops.py``): the staged compiler's side of ``Unfold``
+    "UnfoldLengths",  # the lengths known so far, and what each input's trace recorded
+    "contains_unfold",  # whether a root's plans are built in stages
+    "PROBE_METRIC",  # internal metric: a probe's count
+    "STOP_METRIC",  # internal metric prefix: an unrolled step's stop value
 ]

@@ -21,6 +21,7 @@ from foldexp.blocks.internal import (
     InputError,
     Op,
     Pipe,
+    contains_unfold,
     convert_to_block,
     fused_blocks,
     structure_builder,
@@ -28,6 +29,7 @@ from foldexp.blocks.internal import (
 from foldexp.compiler.cache import PlanCache, TraceCache
 from foldexp.compiler.schedule import ORDERS, InvalidInput, Plan, schedule
 from foldexp.compiler.trace import locate_input_error, trace_batch
+from foldexp.executor.loops import INTERNAL_METRIC, StagedBatch, run_staged
 from foldexp.executor.run import execute
 from foldexp.types import PyObjectType, Type, VoidType, is_tensor_tree
 
@@ -132,6 +134,9 @@ class Compiler(nn.Module):
         self.plan_cache = PlanCache() if keep_plans else None
         self.last_stats: dict[str, float] = {}
         self.last_metrics: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        # An ``Unfold``'s length is computed: such a model's plans are built in stages as they
+        # run (``executor/loops.py``), never cached.
+        self.staged = contains_unfold(root)
 
     @property
     def device(self) -> torch.device:
@@ -156,6 +161,8 @@ class Compiler(nn.Module):
         _check_batch(inputs)
         if len(inputs) == 0:
             raise ValueError("cannot compile an empty batch")
+        if self.staged:
+            return StagedBatch(inputs)  # type: ignore[return-value]
         t0 = time.perf_counter()
         merge = tuple(not op.is_random() for op in self.ops) if self.merge_duplicates else ()
         if self.plan_cache is not None:
@@ -186,14 +193,19 @@ class Compiler(nn.Module):
     def run(self, plan: Plan) -> Any:
         """Executes a plan built by ``build``; returns the batched output."""
         t0 = time.perf_counter()
-        params = list(self.parameters()) if torch.is_grad_enabled() else []  # none to train
-        flat = execute(plan, self.ops, params, self.device)
+        stages = 1
+        if isinstance(plan, StagedBatch):
+            plan, flat, stages = run_staged(self, plan.inputs)
+        else:
+            params = list(self.parameters()) if torch.is_grad_enabled() else []  # none to train
+            flat = execute(plan, self.ops, params, self.device)
         n_out = len(plan.outputs)
         # Plain attributes, set past ``nn.Module.__setattr__``'s checks for parameters and
         # submodules (a few µs a call, which a served single tree feels).
         self.__dict__["last_metrics"] = {
             name: (flat[n_out + j], inputs)
             for j, (name, (_, _, inputs)) in enumerate(plan.metrics.items())
+            if not name.startswith(INTERNAL_METRIC)
         }
         self.__dict__["last_stats"] = {
             "calls": plan.num_calls,
@@ -203,6 +215,7 @@ class Compiler(nn.Module):
             "trace": getattr(plan, "trace_seconds", 0.0),
             "schedule": getattr(plan, "schedule_seconds", 0.0),
             "execute": time.perf_counter() - t0,
+            **({"stages": stages} if self.staged else {}),
         }
         return None if self._build_output is None else self._build_output(flat[:n_out])
 

@@ -1,0 +1,180 @@
+"""What ``While`` and ``Unfold`` (``_loops.py``) run: a block traced once into a template, and the
+loop's op.
+
+A loop's state is a tensor or a tuple of tensors, so every instance of a loop traces its
+``cond``, ``body`` or ``step`` alike: ``Template`` traces the block once on placeholder values
+and replays its ops on the rows of all the instances still active, one batched call per op.
+``LoopOp`` is the op the scheduler batches: one invocation per loop instance, one call per depth;
+its parameters, randomness and hooks are those of the ops inside its templates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from foldexp.blocks._base import Block, Tracer
+from foldexp.blocks._ops import Op, structure_builder, structure_flattener
+from foldexp.types import TensorType, Type, flatten_tensor_types, is_tensor_tree
+
+__all__ = [
+    "LoopOp",
+    "Template",
+    "truth",
+    "check_scalar_condition",
+    "check_state",
+    "check_limit",
+    "is_eager",
+]
+
+
+class _NoFusion:
+    """What ``executor/calls.call_op`` finds in a loop op's ``runtime``: run it as written (its
+    Python loop cannot be traced by ``torch.fx``; its inner ops run their own bodies)."""
+
+    unfusable = True
+
+
+class _Placeholder:
+    """A tracer that records a block's operations on placeholder values, running nothing."""
+
+    # A loop inside another loop's body runs once per outer iteration: its counts are not
+    # per instance, so they are not recorded.
+    records_loop_counts = False
+
+    def __init__(self, owner: Block) -> None:
+        self.owner = owner
+        self.n = 0
+        self.constants: list[tuple[int, TensorType, Any]] = []
+        self.steps: list[tuple[Op, list[int], list[int]]] = []
+        self._zeros: dict[TensorType, int] = {}
+
+    def _new(self) -> int:
+        self.n += 1
+        return self.n - 1
+
+    def constant(self, ttype: TensorType, payload: Any) -> int:
+        vid = self._new()
+        self.constants.append((vid, ttype, payload))
+        return vid
+
+    def zeros(self, ttype: TensorType) -> int:
+        if ttype not in self._zeros:
+            self._zeros[ttype] = self.constant(ttype, 0 if not ttype.shape else None)
+        return self._zeros[ttype]
+
+    def apply(self, op: Op, args: list[int]) -> list[int]:
+        outs = [self._new() for _ in range(op.n_out)]
+        self.steps.append((op, list(args), outs))
+        return outs if op.n_out == 1 else tuple(outs)  # type: ignore[return-value]
+
+    def metric(self, name: str, value: Any) -> None:
+        raise TypeError(
+            f"{self.owner!r}: Metric({name!r}) inside a loop's cond, body or step is not "
+            "supported (record the loop's output instead)"
+        )
+
+
+class Template:
+    """``block`` on ``in_type`` traced once on placeholders; ``run`` replays it on batched rows."""
+
+    def __init__(self, owner: Block, block: Block, in_type: Type, out_type: Type) -> None:
+        from foldexp.blocks._steps import run_steps
+
+        tr = _Placeholder(owner)
+        self.inputs = [tr._new() for _ in flatten_tensor_types(in_type)]
+        out = run_steps(block, tr, structure_builder(in_type)(self.inputs))
+        self.outputs = structure_flattener(out_type)(out)
+        self.constants = tr.constants
+        self.steps = tr.steps
+        self.size = tr.n
+        self.ops = list({id(op): op for op, _, _ in tr.steps}.values())
+
+    def run(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Every op of the template once, over all rows of ``args`` (flat, batched)."""
+        from foldexp.blocks._eager import payload_tensor
+
+        n, device = args[0].shape[0], args[0].device
+        vals: list[Any] = [None] * self.size
+        for vid, a in zip(self.inputs, args):
+            vals[vid] = a
+        for vid, ttype, payload in self.constants:
+            if payload is None:
+                t = torch.zeros(ttype.shape, dtype=ttype.dtype, device=device)
+            else:
+                t = payload_tensor(ttype, payload).to(device)
+            vals[vid] = t.unsqueeze(0).expand(n, *ttype.shape)
+        for op, arg_ids, out_ids in self.steps:
+            for vid, o in zip(out_ids, op.forward([vals[a] for a in arg_ids])):
+                vals[vid] = o
+        return [vals[v] for v in self.outputs]
+
+
+def truth(block: Block, c: torch.Tensor) -> torch.Tensor:
+    """A condition's rows as booleans (a float condition is read as ``> 0``)."""
+    return c if c.dtype == torch.bool else c > 0
+
+
+def check_scalar_condition(owner: Block, what: str, t: Type) -> None:
+    if not (
+        isinstance(t, TensorType)
+        and t.shape == ()
+        and (t.dtype == torch.bool or t.dtype.is_floating_point)
+    ):
+        raise TypeError(
+            f"{owner!r}: {what} must output a scalar bool (or a 0-d float read as > 0), got {t!r}"
+        )
+
+
+def check_state(owner: Block, t: Type) -> None:
+    if not is_tensor_tree(t):
+        raise TypeError(
+            f"{owner!r}: a loop's state must be a tensor or a (nested) tuple of tensors, got {t!r}"
+        )
+
+
+def check_limit(owner: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{owner}: {name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+class LoopOp(Op):
+    """The op of a loop: ``run(args) -> outputs`` over a batch of loop instances. Its parameters,
+    randomness and hooks are those of the ops inside the loop's templates."""
+
+    def __init__(self, owner: Block, run: Any, in_type: Type, out_type: Type, name: str) -> None:
+        super().__init__(run, in_type, out_type, None, name)
+        self.owner = owner
+        self.runtime["fusion"] = _NoFusion()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.runtime["fusion"] = _NoFusion()
+
+    def forward(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return self.fn(list(args))
+
+    def inner_ops(self) -> list[Op]:
+        return self.owner._inner_ops()
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        seen: dict[int, torch.nn.Parameter] = {}
+        for op in self.inner_ops():
+            for p in op.parameters():
+                seen.setdefault(id(p), p)
+        return list(seen.values())
+
+    def is_random(self) -> bool:
+        return any(op.is_random() for op in self.inner_ops())
+
+    def has_forward_hooks(self) -> bool:
+        return any(op.has_forward_hooks() for op in self.inner_ops())
+
+
+def is_eager(tr: Tracer) -> bool:
+    from foldexp.blocks._eager import EagerTracer
+
+    return isinstance(tr, EagerTracer)
