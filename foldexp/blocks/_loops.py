@@ -46,7 +46,7 @@ from foldexp.types import SequenceType, TensorType, TupleType, Type, flatten_ten
 
 __all__ = [
     "While", "Unfold", "UnfoldLengths", "PROBE_METRIC", "STOP_METRIC", "contains_unfold",
-    "loop_cap_fraction",
+    "loop_cap_fraction", "while_blocks",
 ]  # fmt: skip
 
 # Internal metric names (a NUL no user name starts with): the probes' counts and the stop
@@ -352,3 +352,19 @@ def loop_cap_fraction(
         return 0, 0
     values = counts[0]
     return int((values >= block.max_iterations).sum()), int(values.numel())
+
+
+def while_blocks(root: Block) -> list[While]:
+    """The ``While`` blocks reachable from ``root``, each once."""
+    seen: set[int] = set()
+    found: list[While] = []
+    stack = [root]
+    while stack:
+        b = stack.pop()
+        if id(b) in seen:
+            continue
+        seen.add(id(b))
+        if isinstance(b, While):
+            found.append(b)
+        stack.extend(b.children())
+    return found

@@ -19,7 +19,10 @@ from foldexp.blocks._loops import (
     PROBE_METRIC,
     STOP_METRIC,
     UnfoldLengths,
+    While,
     contains_unfold,
+    loop_cap_fraction,
+    while_blocks,
 )
 from foldexp.blocks._ops import Op, structure_builder, structure_flattener
 from foldexp.blocks._recursion import _ForwardRef as ForwardRef
@@ -53,4 +56,7 @@ __all__ = [
     "contains_unfold",  # whether a root's plans are built in stages
     "PROBE_METRIC",  # internal metric: a probe's count
     "STOP_METRIC",  # internal metric prefix: an unrolled step's stop value
+    "While",
+    "while_blocks",  # the While blocks of a model, whose counts the compiler sums
+    "loop_cap_fraction",  # (instances that hit max_iterations, instances) in a batch
 ]

@@ -25,11 +25,12 @@ from foldexp.blocks.internal import (
     convert_to_block,
     fused_blocks,
     structure_builder,
+    while_blocks,
 )
 from foldexp.compiler.cache import PlanCache, TraceCache
 from foldexp.compiler.schedule import ORDERS, InvalidInput, Plan, schedule
 from foldexp.compiler.trace import locate_input_error, trace_batch
-from foldexp.executor.loops import INTERNAL_METRIC, StagedBatch, run_staged
+from foldexp.executor.loops import INTERNAL_METRIC, LoopCaps, StagedBatch, run_staged
 from foldexp.executor.run import execute
 from foldexp.types import PyObjectType, Type, VoidType, is_tensor_tree
 
@@ -137,6 +138,9 @@ class Compiler(nn.Module):
         # An ``Unfold``'s length is computed: such a model's plans are built in stages as they
         # run (``executor/loops.py``), never cached.
         self.staged = contains_unfold(root)
+        loops = while_blocks(root)
+        # Per ``While``: instances run and stopped by ``max_iterations`` (``report_loop_caps``).
+        self.loop_caps = LoopCaps(loops) if loops else None
 
     @property
     def device(self) -> torch.device:
@@ -207,6 +211,8 @@ class Compiler(nn.Module):
             for j, (name, (_, _, inputs)) in enumerate(plan.metrics.items())
             if not name.startswith(INTERNAL_METRIC)
         }
+        if self.loop_caps is not None:
+            self.loop_caps.add(self.last_metrics)
         self.__dict__["last_stats"] = {
             "calls": plan.num_calls,
             "nodes": plan.num_nodes,

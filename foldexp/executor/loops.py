@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from foldexp.blocks.internal import PROBE_METRIC, STOP_METRIC, UnfoldLengths
+from foldexp.blocks.internal import (
+    PROBE_METRIC,
+    STOP_METRIC,
+    UnfoldLengths,
+    While,
+    loop_cap_fraction,
+)
 from foldexp.compiler.loops import trace_stage
 from foldexp.compiler.schedule import Plan, schedule
 from foldexp.executor.run import execute
@@ -33,7 +39,10 @@ from foldexp.executor.run import execute
 if TYPE_CHECKING:
     from foldexp.executor.compiled import Compiler
 
-__all__ = ["StagedBatch", "run_staged", "INTERNAL_METRIC"]
+__all__ = ["StagedBatch", "run_staged", "INTERNAL_METRIC", "LoopCaps", "CAP_WARNING_FRACTION"]
+
+# More than this fraction of a loop's instances stopped by ``max_iterations`` in an epoch: warn.
+CAP_WARNING_FRACTION = 0.05
 
 INTERNAL_METRIC = "\x00"  # the prefix of the metrics a stage records for itself
 
@@ -118,3 +127,30 @@ def _check_lengths(
             else:
                 known.pop(key, None)
     return settled
+
+
+class LoopCaps:
+    """How many instances of each ``While`` ran and how many hit ``max_iterations``, summed
+    over the batches a compiler ran since the last ``report`` (the trainer's, once per epoch)."""
+
+    def __init__(self, loops: Sequence[While]) -> None:
+        self.loops = list(loops)
+        self.counts = [[0, 0] for _ in self.loops]
+
+    def add(self, metrics: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
+        for loop, acc in zip(self.loops, self.counts):
+            hit, n = loop_cap_fraction(metrics, loop)
+            acc[0] += hit
+            acc[1] += n
+
+    def report(self, fraction: float = CAP_WARNING_FRACTION) -> list[str]:
+        """One line per loop whose instances hit the cap more often than ``fraction``; resets."""
+        lines = []
+        for loop, (hit, n) in zip(self.loops, self.counts):
+            if n and hit > fraction * n:
+                lines.append(
+                    f"{loop!r}: {hit} of {n} instances ({100.0 * hit / n:.1f}%) stopped at "
+                    f"max_iterations={loop.max_iterations}, not by their condition"
+                )
+        self.counts = [[0, 0] for _ in self.loops]
+        return lines

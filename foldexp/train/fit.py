@@ -217,6 +217,16 @@ def _diverged(loss: torch.Tensor, progress: dict[str, Any], last: Path, model: A
     return f"loss became {loss.item()} at epoch {epoch}, step {step}; {where} ({advice})"
 
 
+def _report_loop_caps(model: torch.nn.Module, epoch: int) -> None:
+    """Warns, once per epoch and loop, when a model's ``While`` stopped more than a few percent of
+    its instances at ``max_iterations`` (``executor/loops.LoopCaps``)."""
+    for m in model.modules():
+        caps = getattr(m, "loop_caps", None)
+        if caps is not None:
+            for line in caps.report():
+                log.warning("epoch %d: %s", epoch, line)
+
+
 def _end_epoch(run: TrainingRun, t_epoch: float) -> None:
     """Scores dev, keeps ``best.pt``, counts patience, writes ``last.pt`` and the epoch's row."""
     progress, tc = run.progress, run.cfg.trainer
@@ -249,6 +259,7 @@ def _end_epoch(run: TrainingRun, t_epoch: float) -> None:
             progress["bad_epochs"] += 1
             if tc.patience and progress["bad_epochs"] >= tc.patience:
                 progress["stopped"] = f"no better {run.select} for {tc.patience} epochs"
+        _report_loop_caps(run.model, epoch)
         progress.update(epoch=epoch + 1, batch=0, epoch_sums={}, epoch_n=0)
         run.checkpoint(run.last)
     run.run_log.epoch(row)

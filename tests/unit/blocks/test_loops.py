@@ -248,3 +248,19 @@ def test_state_must_be_tensors_and_metrics_stay_outside() -> None:
             fb.Vector(2) >> fb.While(fb.Function(lambda x: x.sum(-1)), fb.Identity(), 2, count=True)
         ).output_type  # fmt: skip
     )
+
+
+def test_loop_caps_are_summed_and_reported_once(caplog: pytest.LogCaptureFixture) -> None:
+    from foldexp.train.fit import _report_loop_caps
+
+    loop = fb.While(fb.Function(lambda x: x), fb.Function(lambda x: x - 1.0), 3, name="down")
+    comp = Compiler(fb.Scalar() >> loop)
+    comp([1.0, 2.0, 9.0])
+    comp([5.0, 0.0])
+    assert comp.loop_caps is not None and comp.loop_caps.counts == [[2, 5]]
+    with caplog.at_level("WARNING", logger="foldexp.train"):
+        _report_loop_caps(torch.nn.ModuleList([comp]), 4)
+        _report_loop_caps(torch.nn.ModuleList([comp]), 5)  # reset: nothing new to say
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "epoch 4: While(" in lines[0] and "2 of 5 instances" in lines[0]
+    assert "name='down'" in lines[0] and "max_iterations=3" in lines[0]
