@@ -91,21 +91,30 @@ class Template:
         self.steps = tr.steps
         self.size = tr.n
         self.ops = list({id(op): op for op, _, _ in tr.steps}.values())
+        self._constants: dict[torch.device, list[torch.Tensor]] = {}  # per device, made once
+
+    def _constant_rows(self, device: torch.device) -> list[torch.Tensor]:
+        """The constants as one row each on ``device`` (made once per device, not per call)."""
+        rows = self._constants.get(device)
+        if rows is None:
+            from foldexp.blocks._eager import payload_tensor
+
+            rows = [
+                torch.zeros(t.shape, dtype=t.dtype) if p is None else payload_tensor(t, p)
+                for _, t, p in self.constants
+            ]
+            rows = self._constants[device] = [r.to(device).unsqueeze(0) for r in rows]
+        return rows
 
     def run(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Every op of the template once, over all rows of ``args`` (flat, batched)."""
-        from foldexp.blocks._eager import payload_tensor
-
-        n, device = args[0].shape[0], args[0].device
+        n = args[0].shape[0]
         vals: list[Any] = [None] * self.size
         for vid, a in zip(self.inputs, args):
             vals[vid] = a
-        for vid, ttype, payload in self.constants:
-            if payload is None:
-                t = torch.zeros(ttype.shape, dtype=ttype.dtype, device=device)
-            else:
-                t = payload_tensor(ttype, payload).to(device)
-            vals[vid] = t.unsqueeze(0).expand(n, *ttype.shape)
+        if self.constants:
+            for (vid, ttype, _), row in zip(self.constants, self._constant_rows(args[0].device)):
+                vals[vid] = row.expand(n, *ttype.shape)
         for op, arg_ids, out_ids in self.steps:
             for vid, o in zip(out_ids, op.forward([vals[a] for a in arg_ids])):
                 vals[vid] = o
@@ -115,6 +124,14 @@ class Template:
 def truth(block: Block, c: torch.Tensor) -> torch.Tensor:
     """A condition's rows as booleans (a float condition is read as ``> 0``)."""
     return c if c.dtype == torch.bool else c > 0
+
+
+def partition(keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows where keep, rows where not)``, in order, with ONE host read (the count): on a GPU
+    the loop then waits for the device once per iteration, whatever leaves."""
+    order = torch.argsort(keep.logical_not().to(torch.uint8), stable=True)
+    n_keep = int(keep.sum())
+    return order[:n_keep], order[n_keep:]
 
 
 def check_scalar_condition(owner: Block, what: str, t: Type) -> None:

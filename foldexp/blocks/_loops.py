@@ -39,6 +39,7 @@ from foldexp.blocks._loop_ops import (
     check_scalar_condition,
     check_state,
     is_eager,
+    partition,
     truth,
 )
 from foldexp.blocks._ops import Op, structure_builder, structure_flattener
@@ -91,6 +92,7 @@ class While(Block):
 
     def _infer(self, input_type: Type) -> Type:
         check_state(self, input_type)
+        _no_unfold_inside(self, self.cond, self.body)
         check_scalar_condition(self, "cond", self.cond.infer(input_type))
         out = self.body.infer(input_type)
         if out != input_type:
@@ -132,9 +134,8 @@ class While(Block):
         for it in range(self.max_iterations):
             with torch.no_grad():
                 keep = truth(self, cond.run(state)[0])
-            stay = keep.nonzero().squeeze(1)  # the iteration's one host read
-            if stay.numel() < active.numel():
-                leave = (~keep).nonzero().squeeze(1)
+            stay, leave = partition(keep)  # the iteration's one host read
+            if leave.numel():
                 done_rows.append(active[leave])
                 done_vals.append([s.index_select(0, leave) for s in state])
                 done_counts.append(torch.full((leave.numel(),), it, device=device))
@@ -238,6 +239,7 @@ class Unfold(Block):
 
     def _infer(self, input_type: Type) -> Type:
         check_state(self, input_type)
+        _no_unfold_inside(self, self.step)
         out = self.step.infer(input_type)
         if not (isinstance(out, TupleType) and len(out.items) == 3):
             raise TypeError(
@@ -283,11 +285,12 @@ class Unfold(Block):
             for it in range(self.max_length - 1):
                 out = step.run(state)
                 stop = truth(self, out[-1])
-                go = (~stop).nonzero().squeeze(1)  # the iteration's one host read
-                counts[active[stop]] = it + 1
+                ends = torch.where(stop, it + 1, counts.index_select(0, active))
+                counts.index_copy_(0, active, ends)
+                go, _ = partition(stop.logical_not())  # the iteration's one host read
                 if go.numel() == 0:
                     break
-                active = active[go]
+                active = active.index_select(0, go)
                 state = [s.index_select(0, go) for s in out[: self._n_state]]
         return [counts]
 
@@ -326,6 +329,15 @@ class Unfold(Block):
 
     def _repr_args(self) -> str:
         return f"{self.step!r}, max_length={self.max_length}"
+
+
+def _no_unfold_inside(owner: Block, *blocks: Block) -> None:
+    """A loop's templates run without the staged compiler: an ``Unfold`` cannot be in them."""
+    if any(contains_unfold(b) for b in blocks):
+        raise TypeError(
+            f"{owner!r}: an Unfold inside a loop's cond, body or step is not supported (its "
+            "length would be needed at every iteration); unfold after the loop instead"
+        )
 
 
 def contains_unfold(root: Block) -> bool:

@@ -28,12 +28,14 @@ import torch
 from foldexp.blocks.internal import (
     PROBE_METRIC,
     STOP_METRIC,
+    InputError,
     UnfoldLengths,
     While,
     loop_cap_fraction,
 )
 from foldexp.compiler.loops import trace_stage
-from foldexp.compiler.schedule import Plan, schedule
+from foldexp.compiler.schedule import InvalidInput, Plan, schedule
+from foldexp.compiler.trace import locate_input_error
 from foldexp.executor.run import execute
 
 if TYPE_CHECKING:
@@ -76,7 +78,10 @@ def run_staged(compiler: Compiler, inputs: Sequence[Any]) -> tuple[Plan, list[to
             compiler.root, compiler.ops, inputs, compiler.output_type, known, compiler.fuse_ops
         )
         t1 = time.perf_counter()
-        plan = schedule(tr, out_vids, compiler.schedule_order, merge)
+        try:
+            plan = schedule(tr, out_vids, compiler.schedule_order, merge)
+        except InvalidInput as e:  # found batch-wide; the blocks' own checks name the input
+            raise locate_input_error(compiler.root, inputs) or InputError(None, str(e)) from None
         plan.trace_seconds = t1 - t0  # type: ignore[attr-defined]
         plan.schedule_seconds = time.perf_counter() - t1  # type: ignore[attr-defined]
         probing = any(ctx.probes.values())

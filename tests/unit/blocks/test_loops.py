@@ -264,3 +264,25 @@ def test_loop_caps_are_summed_and_reported_once(caplog: pytest.LogCaptureFixture
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "epoch 4: While(" in lines[0] and "2 of 5 instances" in lines[0]
     assert "name='down'" in lines[0] and "max_iterations=3" in lines[0]
+
+
+def test_while_inside_an_unfold_step_and_unfold_inside_a_loop_is_refused() -> None:
+    torch.manual_seed(6)
+    halve = fb.While(
+        fb.Function(lambda x: x.abs() > 1.0), fb.Function(lambda x: x * 0.5), max_iterations=9
+    )
+    # Each step halves the state until |x| <= 1, emits it, doubles it plus a learned shift.
+    shift = fb.Function(torch.nn.Linear(1, 1)) >> fb.Function(lambda x: x.squeeze(-1))
+    step = fb.AllOf(
+        halve >> fb.Function(lambda x: x * 3.0),
+        halve,
+        halve >> fb.Function(lambda x: x < 0.5),
+    )
+    unfold = fb.Unfold(step, max_length=6)
+    block = fb.Vector(1) >> shift >> unfold >> fb.Sum()
+    check_block(block, [[0.3], [4.0], [-7.0], [2.5]])
+    inner = fb.Unfold(fb.Function(lambda x: (x, x, x > 0)), 3)
+    with pytest.raises(TypeError, match=r"While\(.*an Unfold inside a loop's cond, body or step"):
+        Compiler(
+            fb.Vector(1) >> fb.While(fb.Function(lambda x: x.sum(-1) > 0), inner >> fb.Nth(0), 3)
+        )
