@@ -81,6 +81,7 @@ _MODEL_SCHEMAS = (
     schemas.WeaveModelConfig,
     schemas.AttentionModelConfig,
     schemas.ChildSumTreeLSTMModelConfig,
+    schemas.CalcDecodeModelConfig,
 )
 #: Each registered optimizer's schema: its keys are what its YAML file may set.
 _OPTIMIZER_SCHEMAS: dict[str, type] = {

@@ -2,7 +2,8 @@
 
 INPUT is a CSV or CSV.gz holding the run's input column (its SMILES or text column, or
 ``--column``; comma, tab or semicolon separated, found as training finds it), a PTB file (one
-tree a line) for tree models, a plain text file with one input a line (a blank line is an empty
+tree a line) for tree models, calculator expressions (``(2+3)*4``, one a line) for calculator
+runs, a plain text file with one input a line (a blank line is an empty
 input: rows follow the file's lines), or ``-`` for standard input. The output has the input,
 then one column per target or class (``prediction_columns()``: values in the targets' units, or
 class probabilities), then ``error`` (``predict_error`` if a target has that name): an input
@@ -64,10 +65,25 @@ def input_reader(
             return tree_inputs(lines, collapse_unary=collapse, source=source)
 
         return None, trees
+    if target.endswith(".calculator"):
+        return None, _expressions
     raise ValueError(
         f"foldexp predict: {run.folder} was trained on {target}, whose inputs predict cannot "
-        "read (it reads molecule CSVs, text CSVs and PTB trees)"
+        "read (it reads molecule CSVs, text CSVs, PTB trees and calculator expressions)"
     )
+
+
+def _expressions(lines: list[str]) -> Parsed:
+    """Calculator expressions, one a line (``(2+3)*4``): each a tree, or why it is not one."""
+    from foldexp.data.calculator import parse_expression
+
+    out: Parsed = []
+    for line in lines:
+        try:
+            out.append((parse_expression(line), None))
+        except ValueError as e:
+            out.append((None, str(e)))
+    return out
 
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")

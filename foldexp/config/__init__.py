@@ -60,6 +60,7 @@ from foldexp.config.fields import (
 from foldexp.config.model import (
     AttentionModelConfig,
     AttentionScore,
+    CalcDecodeModelConfig,
     ChildSumTreeLSTMModelConfig,
     EmbeddingOptimizer,
     Pooling,
@@ -109,6 +110,7 @@ __all__ = [
     "AttentionScore",
     "Balance",
     "CalculatorDataConfig",
+    "CalcDecodeModelConfig",
     "ChildSumTreeLSTMModelConfig",
     "CsvLoggerConfig",
     "DeviceConfig",

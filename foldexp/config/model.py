@@ -25,6 +25,7 @@ from foldexp.config.fields import (
 __all__ = [
     "AttentionModelConfig",
     "AttentionScore",
+    "CalcDecodeModelConfig",
     "ChildSumTreeLSTMModelConfig",
     "EmbeddingOptimizer",
     "Pooling",
@@ -84,6 +85,17 @@ class TreeLSTMModelConfig(_TreeLSTMFields):
     teacher: list[str] | None = None
     # with a teacher: the soft targets' share of the training loss
     distill_weight: float = ranged(0.5, ge=0, le=1)
+
+
+@dataclass
+class CalcDecodeModelConfig:
+    _target_: str = "foldexp.models.calc_decode.CalcDecoder"  # the model class
+    name: str = "calc_decode"  # shown in results
+    embed_size: int = width(64)  # word and token embedding size
+    hidden_size: int = width(64)  # state size of the Tree-LSTM encoder and the LSTM decoder
+    # the most tokens greedy decoding emits, the end token included (a value's digits and sign
+    # take fewer: depth 3 reaches 8 digits, depth 4 about 16)
+    max_length: int = ranged(24, ge=2, le=1000)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from foldexp.config.dataset import (
 )
 from foldexp.config.model import (
     AttentionModelConfig,
+    CalcDecodeModelConfig,
     ChildSumTreeLSTMModelConfig,
     SequenceLSTMModelConfig,
     TreeLSTMModelConfig,
@@ -66,4 +67,5 @@ def register_configs() -> None:
     cs.store(group="dataset", name="trees_ptb_schema", node=TreesPTBDataConfig)
     cs.store(group="dataset", name="text_csv_schema", node=TextCSVDataConfig)
     cs.store(group="model", name="child_sum_tree_lstm_schema", node=ChildSumTreeLSTMModelConfig)
+    cs.store(group="model", name="calc_decode_schema", node=CalcDecodeModelConfig)
     _registered = True

@@ -19,18 +19,19 @@ Depth counts edges: a single digit has depth 0.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from foldexp.data.splits import split_sizes
-from foldexp.data.trees import Tree
+from foldexp.data.trees import NO_LABEL, Tree
 
 __all__ = [
     "OPERATORS",
     "calculator_splits",
     "evaluate",
     "make_calculator_dataset",
+    "parse_expression",
     "random_expression",
     "relabel_expression",
 ]
@@ -201,3 +202,57 @@ def calculator_splits(
     n_train, n_dev, _ = split_sizes(n, fractions)
     # Draws are i.i.d., so consecutive slices are already a random split.
     return trees[:n_train], trees[n_train : n_train + n_dev], trees[n_train + n_dev :]
+
+
+def parse_expression(text: str) -> Tree:
+    """An infix expression of digits, ``+``, ``-``, ``*`` and parentheses (``(2+3)*4``) as an
+    unlabelled calculator tree: ``*`` binds tighter, operators of one precedence group to the
+    left, as in Python.
+
+    Raises:
+        ValueError: naming the character and its position where the text is no such expression
+            (a number of several digits, a unary minus, an unbalanced parenthesis).
+    """
+    tokens = [(i, ch) for i, ch in enumerate(text) if not ch.isspace()]
+    pos = 0
+
+    def fail(why: str) -> ValueError:
+        where = (
+            f"at character {tokens[pos][0] + 1} ({tokens[pos][1]!r})"
+            if pos < len(tokens)
+            else "at the end"
+        )
+        return ValueError(f"not a calculator expression: {why} {where} of {text!r}")
+
+    def operand() -> Tree:
+        nonlocal pos
+        if pos < len(tokens) and tokens[pos][1] == "(":
+            pos += 1
+            inner = sum_of_products()
+            if pos >= len(tokens) or tokens[pos][1] != ")":
+                raise fail("expected ')'")
+            pos += 1
+            return inner
+        if pos < len(tokens) and tokens[pos][1] in _DIGITS:
+            pos += 1
+            if pos < len(tokens) and tokens[pos][1] in _DIGITS:
+                raise fail("numbers are single digits 0-9")
+            return Tree(NO_LABEL, tokens[pos - 1][1])
+        raise fail("expected a digit or '('")
+
+    def chain(operators: str, item: Any) -> Tree:
+        nonlocal pos
+        left = item()
+        while pos < len(tokens) and tokens[pos][1] in operators:
+            op = tokens[pos][1]
+            pos += 1
+            left = Tree(NO_LABEL, op, (left, item()))
+        return left
+
+    def sum_of_products() -> Tree:
+        return chain("+-", lambda: chain("*", operand))
+
+    tree = sum_of_products()
+    if pos != len(tokens):
+        raise fail("unexpected")
+    return tree
