@@ -27,6 +27,7 @@ Eagerly (``Block.eval``, the oracle) both are plain Python loops over ``run_step
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -340,19 +341,26 @@ def _no_unfold_inside(owner: Block, *blocks: Block) -> None:
         )
 
 
-def contains_unfold(root: Block) -> bool:
-    """Whether an ``Unfold`` is reachable from ``root`` (its plans are then built in stages)."""
+def _reachable(root: Block) -> Iterator[Block]:
+    """Every block reachable from ``root``, each once."""
     seen: set[int] = set()
     stack = [root]
     while stack:
         b = stack.pop()
-        if id(b) in seen:
-            continue
-        seen.add(id(b))
-        if isinstance(b, Unfold):
-            return True
-        stack.extend(b.children())
-    return False
+        if id(b) not in seen:
+            seen.add(id(b))
+            yield b
+            stack.extend(b.children())
+
+
+def contains_unfold(root: Block) -> bool:
+    """Whether an ``Unfold`` is reachable from ``root`` (its plans are then built in stages)."""
+    return any(isinstance(b, Unfold) for b in _reachable(root))
+
+
+def while_blocks(root: Block) -> list[While]:
+    """The ``While`` blocks reachable from ``root``, each once."""
+    return [b for b in _reachable(root) if isinstance(b, While)]
 
 
 def loop_cap_fraction(
@@ -364,19 +372,3 @@ def loop_cap_fraction(
         return 0, 0
     values = counts[0]
     return int((values >= block.max_iterations).sum()), int(values.numel())
-
-
-def while_blocks(root: Block) -> list[While]:
-    """The ``While`` blocks reachable from ``root``, each once."""
-    seen: set[int] = set()
-    found: list[While] = []
-    stack = [root]
-    while stack:
-        b = stack.pop()
-        if id(b) in seen:
-            continue
-        seen.add(id(b))
-        if isinstance(b, While):
-            found.append(b)
-        stack.extend(b.children())
-    return found

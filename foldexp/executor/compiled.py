@@ -157,6 +157,10 @@ class Compiler(nn.Module):
     def build(self, inputs: Sequence[Any]) -> Plan:
         """Traces and schedules a batch (CPU only, no parameters touched): a picklable plan.
 
+        For a model with an ``Unfold`` (``staged``) the plan needs computed lengths: this
+        returns a ``StagedBatch`` (the inputs), whose plan ``run`` builds in stages
+        (``executor/loops.py``).
+
         Raises:
             InputError: for a batch that is not a list (or other sized sequence) of inputs, and
                 for a bad input, naming its position in the batch and the path inside it.
