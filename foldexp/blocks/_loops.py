@@ -48,7 +48,7 @@ from foldexp.types import SequenceType, TensorType, TupleType, Type, flatten_ten
 
 __all__ = [
     "While", "Unfold", "UnfoldLengths", "PROBE_METRIC", "STOP_METRIC", "contains_unfold",
-    "loop_cap_fraction", "while_blocks",
+    "loop_cap_fraction", "loop_blocks",
 ]  # fmt: skip
 
 # Internal metric names (a NUL no user name starts with): the probes' counts and the stop
@@ -358,9 +358,9 @@ def contains_unfold(root: Block) -> bool:
     return any(isinstance(b, Unfold) for b in _reachable(root))
 
 
-def while_blocks(root: Block) -> list[While]:
-    """The ``While`` blocks reachable from ``root``, each once."""
-    return [b for b in _reachable(root) if isinstance(b, While)]
+def loop_blocks(root: Block) -> list[While | Unfold]:
+    """The ``While`` and ``Unfold`` blocks reachable from ``root``, each once."""
+    return [b for b in _reachable(root) if isinstance(b, (While, Unfold))]
 
 
 def loop_cap_fraction(

@@ -18,11 +18,12 @@ from foldexp.blocks._fusion import FusedOps, fused_blocks
 from foldexp.blocks._loops import (
     PROBE_METRIC,
     STOP_METRIC,
+    Unfold,
     UnfoldLengths,
     While,
     contains_unfold,
+    loop_blocks,
     loop_cap_fraction,
-    while_blocks,
 )
 from foldexp.blocks._ops import Op, structure_builder, structure_flattener
 from foldexp.blocks._recursion import _ForwardRef as ForwardRef
@@ -57,6 +58,7 @@ __all__ = [
     "PROBE_METRIC",  # internal metric: a probe's count
     "STOP_METRIC",  # internal metric prefix: an unrolled step's stop value
     "While",
-    "while_blocks",  # the While blocks of a model, whose counts the compiler sums
+    "Unfold",
+    "loop_blocks",  # the While and Unfold blocks of a model, whose counts the compiler sums
     "loop_cap_fraction",  # (instances that hit max_iterations, instances) in a batch
 ]

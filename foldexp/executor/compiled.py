@@ -24,8 +24,8 @@ from foldexp.blocks.internal import (
     contains_unfold,
     convert_to_block,
     fused_blocks,
+    loop_blocks,
     structure_builder,
-    while_blocks,
 )
 from foldexp.compiler.cache import PlanCache, TraceCache
 from foldexp.compiler.schedule import ORDERS, InvalidInput, Plan, schedule
@@ -138,8 +138,8 @@ class Compiler(nn.Module):
         # An ``Unfold``'s length is computed: such a model's plans are built in stages as they
         # run (``executor/loops.py``), never cached.
         self.staged = contains_unfold(root)
-        loops = while_blocks(root)
-        # Per ``While``: instances run and stopped by ``max_iterations`` (``report_loop_caps``).
+        loops = loop_blocks(root)
+        # Per loop: instances run and stopped by their limit (the trainer warns once an epoch).
         self.loop_caps = LoopCaps(loops) if loops else None
 
     @property
@@ -201,9 +201,9 @@ class Compiler(nn.Module):
     def run(self, plan: Plan) -> Any:
         """Executes a plan built by ``build``; returns the batched output."""
         t0 = time.perf_counter()
-        stages = 1
+        stages, lengths = 1, []
         if isinstance(plan, StagedBatch):
-            plan, flat, stages = run_staged(self, plan.inputs)
+            plan, flat, stages, lengths = run_staged(self, plan.inputs)
         else:
             params = list(self.parameters()) if torch.is_grad_enabled() else []  # none to train
             flat = execute(plan, self.ops, params, self.device)
@@ -217,6 +217,7 @@ class Compiler(nn.Module):
         }
         if self.loop_caps is not None:
             self.loop_caps.add(self.last_metrics)
+            self.loop_caps.add_lengths(lengths)
         self.__dict__["last_stats"] = {
             "calls": plan.num_calls,
             "nodes": plan.num_nodes,

@@ -29,6 +29,7 @@ from foldexp.blocks.internal import (
     PROBE_METRIC,
     STOP_METRIC,
     InputError,
+    Unfold,
     UnfoldLengths,
     While,
     loop_cap_fraction,
@@ -59,11 +60,13 @@ class StagedBatch:
         self.schedule_seconds = 0.0
 
 
-def run_staged(compiler: Compiler, inputs: Sequence[Any]) -> tuple[Plan, list[torch.Tensor], int]:
+def run_staged(
+    compiler: Compiler, inputs: Sequence[Any]
+) -> tuple[Plan, list[torch.Tensor], int, list[tuple[Unfold, int]]]:
     """Runs ``inputs`` through ``compiler``'s model stage by stage.
 
-    Returns the final plan, its flat outputs then metrics (as ``execute``), and how many stages
-    ran.
+    Returns the final plan, its flat outputs then metrics (as ``execute``), how many stages
+    ran, and each ``Unfold`` occurrence's block and length.
 
     Raises:
         RuntimeError: when the lengths do not settle (a bug: each round fixes one).
@@ -92,7 +95,8 @@ def run_staged(compiler: Compiler, inputs: Sequence[Any]) -> tuple[Plan, list[to
             _learn_probes(ctx, metrics, known)
         settled = _check_lengths(ctx, metrics, known)
         if not probing and settled:
-            return plan, flat, stage
+            lengths = [(b, n) for k in sorted(ctx.unrolled) for _, n, b in ctx.unrolled[k]]
+            return plan, flat, stage, lengths
     raise RuntimeError(f"the Unfold lengths of this batch did not settle in {limit} stages")
 
 
@@ -135,27 +139,42 @@ def _check_lengths(
 
 
 class LoopCaps:
-    """How many instances of each ``While`` ran and how many hit ``max_iterations``, summed
-    over the batches a compiler ran since the last ``report`` (the trainer's, once per epoch)."""
+    """How many instances of each loop (``While``, ``Unfold``) ran and how many its limit
+    stopped (``max_iterations``, ``max_length``), summed over the batches a compiler ran since
+    the last ``report`` (the trainer's, once per epoch)."""
 
-    def __init__(self, loops: Sequence[While]) -> None:
+    def __init__(self, loops: Sequence[While | Unfold]) -> None:
         self.loops = list(loops)
         self.counts = [[0, 0] for _ in self.loops]
 
     def add(self, metrics: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """A batch's ``While`` counts, from its metrics."""
         for loop, acc in zip(self.loops, self.counts):
-            hit, n = loop_cap_fraction(metrics, loop)
-            acc[0] += hit
-            acc[1] += n
+            if isinstance(loop, While):
+                hit, n = loop_cap_fraction(metrics, loop)
+                acc[0] += hit
+                acc[1] += n
+
+    def add_lengths(self, lengths: Sequence[tuple[Unfold, int]]) -> None:
+        """A staged batch's ``Unfold`` occurrences and their lengths."""
+        index = {id(loop): i for i, loop in enumerate(self.loops)}
+        for block, n in lengths:
+            acc = self.counts[index[id(block)]]
+            acc[0] += n >= block.max_length
+            acc[1] += 1
 
     def report(self, fraction: float = CAP_WARNING_FRACTION) -> list[str]:
         """One line per loop whose instances hit the cap more often than ``fraction``; resets."""
         lines = []
         for loop, (hit, n) in zip(self.loops, self.counts):
             if n and hit > fraction * n:
-                lines.append(
-                    f"{loop!r}: {hit} of {n} instances ({100.0 * hit / n:.1f}%) stopped at "
+                limit = (
                     f"max_iterations={loop.max_iterations}, not by their condition"
+                    if isinstance(loop, While)
+                    else f"max_length={loop.max_length}, not by their stop"
+                )
+                lines.append(
+                    f"{loop!r}: {hit} of {n} instances ({100.0 * hit / n:.1f}%) stopped at {limit}"
                 )
         self.counts = [[0, 0] for _ in self.loops]
         return lines

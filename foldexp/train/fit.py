@@ -218,8 +218,8 @@ def _diverged(loss: torch.Tensor, progress: dict[str, Any], last: Path, model: A
 
 
 def _report_loop_caps(model: torch.nn.Module, epoch: int) -> None:
-    """Warns, once per epoch and loop, when a model's ``While`` stopped more than a few percent of
-    its instances at ``max_iterations`` (``executor/loops.LoopCaps``)."""
+    """Warns, once per epoch and loop, when a model's ``While`` or ``Unfold`` stopped more than a
+    few percent of its instances at its limit (``executor/loops.LoopCaps``)."""
     for m in model.modules():
         caps = getattr(m, "loop_caps", None)
         if caps is not None:

@@ -286,3 +286,12 @@ def test_while_inside_an_unfold_step_and_unfold_inside_a_loop_is_refused() -> No
         Compiler(
             fb.Vector(1) >> fb.While(fb.Function(lambda x: x.sum(-1) > 0), inner >> fb.Nth(0), 3)
         )
+
+
+def test_unfold_occurrences_at_max_length_are_counted() -> None:
+    unfold = fb.Unfold(fb.Function(lambda b: (b - 1.0, b, b <= 1.0)), max_length=3, name="u")
+    comp = Compiler(fb.Scalar() >> unfold >> fb.Sum())
+    assert comp([1.0, 2.0, 5.0, 9.0]).tolist() == [1.0, 3.0, 12.0, 24.0]
+    assert comp.loop_caps is not None and comp.loop_caps.counts == [[2, 4]]
+    (line,) = comp.loop_caps.report()
+    assert line.startswith("Unfold(") and "2 of 4 instances (50.0%) stopped at max_length=3" in line
