@@ -295,3 +295,20 @@ def test_unfold_occurrences_at_max_length_are_counted() -> None:
     assert comp.loop_caps is not None and comp.loop_caps.counts == [[2, 4]]
     (line,) = comp.loop_caps.report()
     assert line.startswith("Unfold(") and "2 of 4 instances (50.0%) stopped at max_length=3" in line
+
+
+def test_an_unfold_fed_by_another_is_checked_and_corrected() -> None:
+    """``second`` reads a Fold over ``first``'s output: the first stage probes it on the empty
+    stand-in (the Fold's start, 0), a wrong length that the stop values then correct."""
+    torch.manual_seed(7)
+    first = fb.Unfold(fb.Function(lambda b: (b - 1.0, b, b <= 1.0)), max_length=6, name="first")
+    second = fb.Unfold(fb.Function(lambda b: (b - 2.0, b, b <= 2.0)), max_length=9, name="second")
+    total = fb.Fold(fb.Function(torch.add), fb.FromTensor(torch.tensor(0.0)))
+    shift = fb.Function(torch.nn.Linear(1, 1)) >> fb.Function(lambda x: x.squeeze(-1).abs() + 1)
+    block = fb.Vector(1) >> shift >> first >> total >> second >> fb.Sum()
+    comp = check_block(block, [[1.0], [2.0], [3.0], [0.5]])
+    assert comp.last_stats["stages"] >= 3
+    lengths = [
+        len((fb.Vector(1) >> shift >> first >> total >> second).eval([x])) for x in [1.0, 3.0]
+    ]
+    assert max(lengths) > 1  # the second loop's lengths are not the stand-in's
