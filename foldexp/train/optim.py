@@ -5,13 +5,14 @@ A model says so by putting ``"optimizer": "sgd"`` in that group (``model.param_g
 ``build_optimizer`` then gives those groups their own optimizer and steps every optimizer as
 one, with one state dict, so checkpoints and resumption treat the pair as a single optimizer.
 
-Every optimizer is built with ``fused=True`` where torch has a fused kernel for it (Adagrad,
-Adam, AdamW, SGD on CPU and CUDA float parameters): one pass over each parameter's memory per
-step instead of one per arithmetic op. On SST's Tree-LSTM (a 21,208 x 50 word table, 1 thread)
-Adagrad's step took 0.82 ms fused and 2.11 ms unfused; results agree to float rounding (largest
-parameter difference 2.4e-7 after 5 steps), which compounds over a run: the default
-experiment's test loss after 2 epochs read 0.1607 fused and 0.1666 unfused. ``optimizer.fused=
-false`` restores torch's per-op steps.
+Every optimizer is built with ``fused=True`` where torch has a fused kernel for it on the
+parameters' device (``fused_kernel_available``, which asks torch's operator registry: Adagrad's
+is CPU-only in the torch releases we know, Adam's, AdamW's and SGD's run on CPU and CUDA): one
+pass over each parameter's memory per step instead of one per arithmetic op. On SST's
+Tree-LSTM (a 21,208 x 50 word table, 1 thread) Adagrad's step took 0.82 ms fused and 2.11 ms
+unfused; results agree to float rounding (largest parameter difference 2.4e-7 after 5 steps),
+which compounds over a run: the default experiment's test loss after 2 epochs read 0.1607
+fused and 0.1666 unfused. ``optimizer.fused=false`` restores torch's per-op steps.
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["GROUP_OPTIMIZERS", "OptimizerSet", "build_optimizer", "param_groups"]
+__all__ = [
+    "GROUP_OPTIMIZERS",
+    "OptimizerSet",
+    "build_optimizer",
+    "fused_kernel_available",
+    "param_groups",
+]
 
 # What a group's ``"optimizer"`` key may name: an optimizer class taking (groups, lr=...).
 GROUP_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
@@ -67,11 +74,34 @@ class OptimizerSet:
             opt.load_state_dict(s)
 
 
+def fused_kernel_available(cls: type, device: torch.device | str) -> bool:
+    """Whether torch has ``cls``'s fused step for parameters on ``device``, asked of torch
+    itself rather than a list of ours: the device type must be one torch's optimizers accept
+    ``fused=True`` for, and the operator the fused step calls (``aten::_fused_<name>_``, as torch
+    names them: ``_fused_adam_``, ``_fused_adagrad_``, ...) must have a kernel registered for
+    that device's dispatch key. Adagrad on CUDA passes the first test and fails the second
+    (torch 2.11 refuses it only inside ``step()``)."""
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    device = torch.device(device)
+    if not isinstance(cls, type) or "fused" not in inspect.signature(cls.__init__).parameters:
+        return False
+    if device.type not in _get_fused_kernels_supported_devices():
+        return False
+    op = f"aten::_fused_{cls.__name__.lower()}_"
+    try:
+        key = torch._C._dispatch_key_for_device(device.type)
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op, key))
+    except RuntimeError:  # no such operator or dispatch key in this torch: no fused kernel
+        return False
+
+
 def _fused(make: Callable[..., torch.optim.Optimizer], groups: list[dict[str, Any]]) -> Any:
     """``make(groups)``, with ``fused=True`` where the optimizer class has a fused kernel for
-    these parameters (dense floating point, all on CPU or all on one CUDA device), unless
-    ``make`` carries ``fused=False`` (``optimizer.fused``); ``make``'s own ``fused`` is never
-    passed on, so classes without the option take the config too."""
+    these parameters (dense floating point, all on one device torch has the kernel for: see
+    ``fused_kernel_available``), unless ``make`` carries ``fused=False`` (``optimizer.fused``);
+    ``make``'s own ``fused`` is never passed on, so classes without the option take the config
+    too."""
     keywords = dict(make.keywords) if isinstance(make, partial) else {}
     want = keywords.pop("fused", True)
     cls = make.func if isinstance(make, partial) else make
@@ -80,10 +110,8 @@ def _fused(make: Callable[..., torch.optim.Optimizer], groups: list[dict[str, An
     devices = {p.device for p in params}
     fusable = (
         bool(want)
-        and isinstance(cls, type)
-        and "fused" in inspect.signature(cls.__init__).parameters
         and len(devices) == 1
-        and next(iter(devices)).type in ("cpu", "cuda")
+        and fused_kernel_available(cls, next(iter(devices)))
         and all(p.is_floating_point() and p.layout == torch.strided for p in params)
     )
     if fusable:

@@ -130,3 +130,61 @@ def test_sparse_gradients_take_the_unfused_step() -> None:
                 m(torch.tensor(ids)).square().sum().backward()
                 o.step()
         torch.testing.assert_close(emb.weight, ref.weight)
+
+
+_ALL_OPTIMIZERS = [
+    torch.optim.Adagrad,
+    torch.optim.Adam,
+    torch.optim.AdamW,
+    torch.optim.SGD,
+    torch.optim.RMSprop,
+    torch.optim.Adadelta,
+]
+
+
+def _fused_step_works(cls: type, device: str) -> bool:
+    """Whether torch itself takes a fused step of ``cls`` on ``device`` (construction and the
+    first step: torch 2.11 refuses CUDA Adagrad only inside ``step()``)."""
+    p = torch.nn.Parameter(torch.randn(3, device=device))
+    p.grad = torch.randn_like(p)
+    try:
+        cls([p], lr=0.1, fused=True).step()
+    except (RuntimeError, TypeError, ValueError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)], ids=["cpu", "cuda"]
+)
+@pytest.mark.parametrize("cls", _ALL_OPTIMIZERS, ids=lambda c: c.__name__)
+def test_the_fused_choice_agrees_with_what_torch_runs(cls, device: str) -> None:
+    from foldexp.train.optim import fused_kernel_available
+
+    assert fused_kernel_available(cls, device) == _fused_step_works(cls, device)
+
+
+def test_the_fused_choice_is_asked_per_device_and_optimizer(monkeypatch) -> None:
+    """The registry of a CUDA build of torch (2.11: fused Adam, AdamW and SGD on CUDA, Adagrad
+    on the CPU only): Adagrad on CUDA takes the unfused step, Adam the fused one."""
+    from foldexp.train import optim
+
+    cuda_build = {
+        ("aten::_fused_adagrad_", "CPU"),
+        *((f"aten::_fused_{n}_", k) for n in ("adam", "adamw", "sgd") for k in ("CPU", "CUDA")),
+    }
+    monkeypatch.setattr(
+        torch._C, "_dispatch_has_kernel_for_dispatch_key", lambda op, key: (op, key) in cuda_build
+    )
+    ask = optim.fused_kernel_available
+    assert not ask(torch.optim.Adagrad, "cuda") and ask(torch.optim.Adagrad, "cpu")
+    assert ask(torch.optim.Adam, "cuda") and ask(torch.optim.AdamW, torch.device("cuda", 1))
+    assert ask(torch.optim.SGD, "cuda") and not ask(torch.optim.RMSprop, "cpu")
+    assert not ask(torch.optim.Adam, "meta")  # not a device torch fuses on at all
+    # build_optimizer asks about its parameters' device: a CPU without Adam's fused kernel in
+    # the registry (Adagrad's there) gets the unfused Adam and the fused Adagrad
+    cuda_build.discard(("aten::_fused_adam_", "CPU"))
+    w, _ = _params()
+    adam = build_optimizer(partial(torch.optim.Adam, lr=0.1), [{"params": [w]}])
+    adagrad = build_optimizer(partial(torch.optim.Adagrad, lr=0.1), [{"params": [w]}])
+    assert not adam.param_groups[0]["fused"] and adagrad.param_groups[0]["fused"]
