@@ -7,10 +7,14 @@
 3. eager == the batched ``Compiler`` output, row for row;
 4. the gradients of a random scalar loss with respect to every parameter (and the loss itself)
    are equal between the eager and the batched runs.
+
+``check_block(..., device="cuda")`` does all of it with the model and every tensor the engine
+and the oracle make on that device; ``check_devices_agree`` compares two devices' batched runs.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +25,7 @@ from foldexp.blocks._base import Block, convert_to_block
 from foldexp.executor.compiled import Compiler
 from foldexp.types import Type
 
-__all__ = ["check_block", "assert_compilers_agree", "flatten_tensors"]
+__all__ = ["check_block", "check_devices_agree", "assert_compilers_agree", "flatten_tensors"]
 
 
 def flatten_tensors(value: Any) -> list[torch.Tensor]:
@@ -34,7 +38,7 @@ def flatten_tensors(value: Any) -> list[torch.Tensor]:
 
 
 def _close(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float, what: str) -> None:
-    a, b = torch.as_tensor(a), torch.as_tensor(b)
+    a, b = torch.as_tensor(a).cpu(), torch.as_tensor(b).cpu()
     assert a.shape == b.shape, f"{what}: shape {tuple(a.shape)} != {tuple(b.shape)}"
     if a.dtype.is_floating_point or b.dtype.is_floating_point:
         torch.testing.assert_close(a.double(), b.double(), rtol=rtol, atol=atol, msg=what)
@@ -52,14 +56,19 @@ def check_block(
     atol: float = 1e-5,
     check_grads: bool = True,
     seed: int = 0,
+    device: torch.device | str | None = None,
 ) -> Compiler:
-    """Asserts expected == eager == batched, values and gradients; returns the compiler."""
+    """Asserts expected == eager == batched, values and gradients; returns the compiler. With
+    ``device``, the model (and so both runs) is on that device; the CPU by default."""
     block = convert_to_block(block)
-    compiler = Compiler(block, input_type)
+    compiler = Compiler(block, input_type, device=device)
+    if device is not None:
+        compiler.to(device)
     root: Block = compiler.root
     params = [p for p in compiler.parameters() if p.requires_grad]
+    where = compiler.device
 
-    eager = [root.eval(x) for x in inputs]
+    eager = [root.eval(x, device=where) for x in inputs]
     if expected is not None:
         assert len(expected) == len(inputs)
         for k, (want, got) in enumerate(zip(expected, eager)):
@@ -78,6 +87,8 @@ def check_block(
             assert got == want, f"input {k}: depth {got}, expected {want}"
 
     batched = flatten_tensors(compiler(list(inputs)))
+    for c, out in enumerate(batched):
+        assert out.device == where, f"output {c} on {out.device}, the model on {where}"
     eager_rows = [flatten_tensors(e) for e in eager]
     for c, out in enumerate(batched):
         assert out.shape[0] == len(inputs), f"output {c}: {out.shape[0]} rows for {len(inputs)}"
@@ -87,7 +98,7 @@ def check_block(
     if check_grads and params and any(o.dtype.is_floating_point for o in batched):
         gen = torch.Generator().manual_seed(seed)
         weights = [
-            torch.randn(o.shape, generator=gen, dtype=torch.float64)
+            torch.randn(o.shape, generator=gen, dtype=torch.float64).to(where)
             if o.dtype.is_floating_point
             else None
             for o in batched
@@ -101,7 +112,7 @@ def check_block(
         batched_grads = torch.autograd.grad(batched_loss, params, allow_unused=True)
         per_input = []
         for k, x in enumerate(inputs):
-            outs = flatten_tensors(root.eval(x))
+            outs = flatten_tensors(root.eval(x, device=where))
             per_input.append(
                 sum((o.double() * w[k]).sum() for o, w in zip(outs, weights) if w is not None)
             )
@@ -119,6 +130,48 @@ def check_block(
                 f"gradient of parameter {i} {tuple(params[i].shape)}: batched vs eager",
             )
     return compiler
+
+
+def check_devices_agree(
+    block: Any,
+    inputs: Sequence[Any],
+    device: torch.device | str,
+    input_type: Type | None = None,
+    rtol: float = 1e-5,
+    atol: float = 1e-5,
+    seed: int = 0,
+) -> None:
+    """The batched run on ``device`` equals the same weights' batched run on the CPU: outputs
+    and the gradients of a random scalar loss, to float tolerance."""
+    torch.manual_seed(seed)
+    cpu = Compiler(convert_to_block(block), input_type)
+    other = copy.deepcopy(cpu).to(device)
+    gen = torch.Generator().manual_seed(seed)
+    results = []
+    for comp in (cpu, other):
+        outs = flatten_tensors(comp(list(inputs)))
+        if not results:
+            weights = [torch.randn(o.shape, generator=gen, dtype=torch.float64) for o in outs]
+        floats = [
+            (o.double() * w.to(o.device)).sum()
+            for o, w in zip(outs, weights)
+            if o.dtype.is_floating_point
+        ]
+        params = [p for p in comp.parameters() if p.requires_grad]
+        grads: tuple[torch.Tensor | None, ...] = ()
+        if params and floats and any(f.requires_grad for f in floats):
+            grads = torch.autograd.grad(sum(floats), params, allow_unused=True)
+        results.append((outs, grads))
+    (outs_a, grads_a), (outs_b, grads_b) = results
+    assert len(outs_a) == len(outs_b) and len(grads_a) == len(grads_b)
+    for c, (a, b) in enumerate(zip(outs_a, outs_b)):
+        assert b.device.type == torch.device(device).type, f"output {c} on {b.device}"
+        _close(b, a, rtol, atol, f"output {c}: {device} vs cpu")
+    for i, (a, b) in enumerate(zip(grads_a, grads_b)):
+        if a is None or b is None:
+            assert a is None and b is None, f"gradient {i}: reached on one device only"
+            continue
+        _close(b, a, rtol, max(atol, 1e-4), f"gradient of parameter {i}: {device} vs cpu")
 
 
 def assert_compilers_agree(first: Compiler, second: Compiler, inputs: Sequence[Any]) -> None:

@@ -188,14 +188,15 @@ class Block:
     def _trace(self, tr: Tracer, x: Any) -> Any:
         raise NotImplementedError
 
-    def eval(self, x: Any, input_type: Type | None = None) -> Any:
+    def eval(self, x: Any, input_type: Type | None = None, device: Any = None) -> Any:
         """Runs this block on one input, eagerly, without batching (for debugging and tests).
 
-        Returns tensors without a batch dimension, tuples, lists, or Python objects.
+        Returns tensors without a batch dimension, tuples, lists, or Python objects. Constants
+        are made on ``device``; by default where the block's parameters are.
         """
         from foldexp.blocks._eager import eval_block
 
-        return eval_block(self, x, input_type)
+        return eval_block(self, x, input_type, device)
 
     def max_depth(self, x: Any, input_type: Type | None = None) -> int:
         """The depth of the deepest operation this block performs on input ``x``."""

@@ -20,7 +20,14 @@ from foldexp.blocks._sequences import Repeat
 from foldexp.blocks._steps import run_steps
 from foldexp.types import PyObjectType, TensorType, Type
 
-__all__ = ["EagerTracer", "eval_block", "eval_with_metrics", "depth_of", "unbatch"]
+__all__ = [
+    "EagerTracer",
+    "block_device",
+    "eval_block",
+    "eval_with_metrics",
+    "depth_of",
+    "unbatch",
+]
 
 
 def payload_tensor(ttype: TensorType, payload: Any) -> torch.Tensor:
@@ -50,7 +57,7 @@ class EagerTracer:
         return torch.zeros((1, *ttype.shape), dtype=ttype.dtype, device=self.device)
 
     def apply(self, op: Op, args: list[Any]) -> list[Any]:
-        if op.id_limit is not None:
+        if op.id_limit is not None and not args[0].is_meta:  # a meta tensor holds no ids
             op.check_ids(args[0])  # before torch's own IndexError, which names no input
         d = 1 + max((self.depth.get(id(a), 0) for a in args), default=0)
         outs = op.forward(args)
@@ -85,27 +92,50 @@ def _typed(block: Block, input_type: Type | None) -> None:
     )
 
 
-def eval_block(block: Block, x: Any, input_type: Type | None = None) -> Any:
-    """Evaluates ``block`` on one input eagerly; tensors come back without a batch dimension."""
+def block_device(block: Block) -> torch.device | None:
+    """Where the first module reachable from (typed) ``block`` that holds a parameter or a
+    buffer keeps it: the device the eager oracle must make its constants on, as the compiler
+    runs where the parameters are. ``None`` for a block without any."""
+    seen: set[int] = set()
+    stack = [block]
+    while stack:
+        b = stack.pop()
+        if id(b) in seen:
+            continue
+        seen.add(id(b))
+        op = getattr(b, "op", None)
+        module = op.module if isinstance(op, Op) else None
+        if module is not None:
+            for t in itertools.chain(module.parameters(), module.buffers()):
+                return t.device
+        stack.extend(reversed(b.children()))
+    return None
+
+
+def _tracer(block: Block, input_type: Type | None, device: Any) -> EagerTracer:
     _typed(block, input_type)
-    return unbatch(run_steps(block, EagerTracer(), x))
+    return EagerTracer(device if device is not None else block_device(block))
+
+
+def eval_block(block: Block, x: Any, input_type: Type | None = None, device: Any = None) -> Any:
+    """Evaluates ``block`` on one input eagerly; tensors come back without a batch dimension.
+    Constants are made on ``device``, by default where the block's parameters are."""
+    return unbatch(run_steps(block, _tracer(block, input_type, device), x))
 
 
 def eval_with_metrics(
-    block: Block, x: Any, input_type: Type | None = None
+    block: Block, x: Any, input_type: Type | None = None, device: Any = None
 ) -> tuple[Any, dict[str, list[torch.Tensor]]]:
     """Like ``eval_block``, also returning the ``Metric`` values recorded, name → list (in
     the order they were recorded, each without a batch dimension)."""
-    _typed(block, input_type)
-    tr = EagerTracer()
+    tr = _tracer(block, input_type, device)
     out = unbatch(run_steps(block, tr, x))
     return out, {name: [v[0] for v in vals] for name, vals in tr.metrics.items()}
 
 
 def depth_of(block: Block, x: Any, input_type: Type | None = None) -> int:
     """The depth of the deepest operation ``block`` performs on ``x`` (constants are depth 0)."""
-    _typed(block, input_type)
-    tr = EagerTracer()
+    tr = _tracer(block, input_type, None)
     with torch.no_grad():
         run_steps(block, tr, x)
     return tr.max_depth

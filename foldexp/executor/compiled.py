@@ -91,6 +91,8 @@ class Compiler(nn.Module):
             leaf cell once per batch, not once per occurrence), except for ops that are random
             when the plan is built (dropout in training mode, ``Function(..., random=True)``);
             ``foldexp/compiler/merge.py``. Same results; fewer rows.
+        device: where a model without parameters runs (its buffers are made there); it follows
+            ``compiler.to(...)`` as parameters do. A model with parameters runs where they are.
 
     Attributes:
         last_stats: counters of the latest call — ``calls`` (operation launches), ``nodes``,
@@ -108,8 +110,12 @@ class Compiler(nn.Module):
         schedule_order: str = "depth",
         merge_duplicates: bool = True,
         cache_plans: bool | None = None,
+        device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
+        # An empty, unsaved buffer: ``.to(device)`` moves it, so a model without parameters
+        # keeps the device it was given or moved to.
+        self.register_buffer("_device_anchor", torch.empty(0, device=device), persistent=False)
         root = convert_to_block(block)
         out = root.infer(input_type or root._declared_input or PyObjectType())
         if not (isinstance(out, VoidType) or is_tensor_tree(out)):
@@ -144,7 +150,8 @@ class Compiler(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        """Where the parameters are (the first found); CPU for a model without any."""
+        """Where the parameters are (the first found); for a model without any, the ``device``
+        it was given or moved to (the default device otherwise)."""
         # ``parameters()`` walks every module (4 µs, which a served tree feels at every call);
         # its first is the first layer's own first parameter where that layer has one.
         if len(self.layers):
@@ -152,7 +159,7 @@ class Compiler(nn.Module):
                 if p is not None:
                     return p.device
         p = next(self.parameters(), None)
-        return p.device if p is not None else torch.device("cpu")
+        return p.device if p is not None else self._device_anchor.device
 
     def build(self, inputs: Sequence[Any]) -> Plan:
         """Traces and schedules a batch (CPU only, no parameters touched): a picklable plan.

@@ -222,7 +222,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         and x.layout == torch.strided
         and weight.requires_grad
         and torch.is_grad_enabled()
-        and not torch.is_autocast_enabled(x.device.type)
+        and not (
+            torch.amp.is_autocast_available(x.device.type)  # ``meta`` has none to ask about
+            and torch.is_autocast_enabled(x.device.type)
+        )
     ):
         slot = collector.slot(weight, bias, _weight_product)
         if slot is not None:
