@@ -109,3 +109,26 @@ def test_the_cuda_engine_step_makes_no_host_sync() -> None:
         loss.backward()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_a_plan_goes_to_the_device_in_one_copy_and_once() -> None:
+    block, inputs = CASES["tree_lstm"]()
+    comp = Compiler(block).to("meta")
+    plan = comp.build(inputs)
+    indices = sum(isinstance(ga.rows, torch.Tensor) for g in plan.groups for ga in g.gathers) + sum(
+        isinstance(r, torch.Tensor) for _, r in plan.outputs
+    )
+    assert indices > 5  # the case has many gathers to move
+    with _Devices() as mode:
+        moved = plan.to(torch.device("meta"))
+    copies = [op for op, devices in mode.seen if op in _COPIES and "meta" in devices]
+    assert len(copies) == 1, copies
+    assert all(
+        ga.rows.device.type == "meta"
+        for g in moved.groups
+        for ga in g.gathers
+        if isinstance(ga.rows, torch.Tensor)
+    )
+    with _Devices() as mode:
+        assert plan.to(torch.device("meta")) is moved  # a plan run again uploads nothing
+    assert not mode.seen
