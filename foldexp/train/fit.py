@@ -8,12 +8,20 @@ position inside the epoch is saved with every checkpoint, so a resumed run conti
 where it stopped. Each epoch ends with a dev evaluation (``evaluate.py``, with the parameter
 average when there is one), ``best.pt`` when the selection metric improves, ``last.pt``, and a
 row of ``metrics.csv``; patience and ``max_steps`` stop early.
+
+On a GPU the loop does not wait for the device at every step: each step's loss and outputs stay
+there (``StepReadout``) and are read back together every ``STEPS_PER_READ`` steps or
+``SECONDS_PER_READ`` seconds, before any checkpoint and at the epoch's end; the NaN check then
+names the first step whose loss was not finite. On the CPU (and under DDP, whose ledger times
+each step) they are read at every step, where reading costs no wait, and a non-finite loss
+stops the run before its update.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,8 +48,78 @@ __all__ = ["TrainingDiverged", "TrainingRun", "evaluate_split", "fit", "new_prog
 log = logging.getLogger("foldexp.train")
 
 
+# How often a GPU run reads its steps' losses back (``StepReadout``): often enough for a
+# progress line, seldom enough that the CPU queues many steps' work ahead of the device.
+STEPS_PER_READ = 16
+SECONDS_PER_READ = 1.0
+
+
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+def read_every(device: torch.device, ctx: dd.DistContext) -> int:
+    """Steps between read-backs: 1 on the CPU and under DDP, ``STEPS_PER_READ`` otherwise."""
+    return 1 if device.type == "cpu" or ctx.enabled else STEPS_PER_READ
+
+
+@dataclass
+class _Pending:
+    """A step whose loss and outputs are still on the device."""
+
+    epoch: int
+    step: int
+    batch: int
+    out: dict[str, Any]
+    size: int
+    shard: Any
+    times: tuple[float, float, float, float, float]
+
+
+class StepReadout:
+    """The steps not yet read back; ``read`` takes them all in one wait for the device."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self.pending: list[_Pending] = []
+        self.last = time.perf_counter()
+
+    def add(self, step: _Pending) -> bool:
+        """Queues a step; returns whether it is time to read back."""
+        self.pending.append(step)
+        return (
+            len(self.pending) >= self.every or time.perf_counter() - self.last >= SECONDS_PER_READ
+        )
+
+    def read(self, run: TrainingRun, bar: Any, ticker: ProgressLog) -> None:
+        """Checks, sums and logs the queued steps in their order.
+
+        Raises:
+            TrainingDiverged: naming the first step whose loss was not finite.
+        """
+        pending, self.pending, self.last = self.pending, [], time.perf_counter()
+        if not pending:
+            return
+        # Every step's scalar outputs (the loss among them) in one read: one wait for the
+        # device, not one per value. float64 holds each float32 or count exactly, as
+        # ``float(v)`` would read it.
+        slots = [
+            (p, k) for p in pending for k, v in p.out.items() if torch.is_tensor(v) and v.dim() == 0
+        ]
+        values = torch.stack([p.out[k].detach().double() for p, k in slots]).tolist()
+        read: dict[int, dict[str, Any]] = {id(p): dict(p.out) for p in pending}
+        for (p, k), value in zip(slots, values):
+            read[id(p)][k] = value
+        losses = [float(read[id(p)]["loss"]) for p in pending]
+        for k, (p, value) in enumerate(zip(pending, losses)):
+            if not math.isfinite(value):
+                later = len(pending) - 1 - k if self.every > 1 else None
+                raise TrainingDiverged(_diverged(value, p.epoch, p.step, run, later))
+            run.book.record(run.progress, read[id(p)], p.size, p.shard, p.times)
+            run.run_log.step(p.step, value)
+            ticker.update(p.batch, value)
+        if hasattr(bar, "set_postfix"):
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
 
 
 def new_progress() -> dict[str, Any]:
@@ -133,11 +211,13 @@ def _train_epoch(run: TrainingRun) -> float:
     shown = tc.progress and ctx.is_main
     bar = progress_bar(loader, shown, desc=f"epoch {epoch}", total=total, initial=progress["batch"])
     ticker = ProgressLog(tc.log_every_s if ctx.is_main else 0, total, epoch)
+    readout = StepReadout(read_every(run.device, ctx))
     t_ready = time.perf_counter()
     for batch, shard in zip(bar, sampler.shards):
-        if _step(run, batch, shard, t_ready, bar, ticker):
+        if _step(run, batch, shard, t_ready, (readout, bar, ticker)):
             break
         t_ready = time.perf_counter()
+    readout.read(run, bar, ticker)
     run.book.sync(progress)
     train_s = time.perf_counter() - t_epoch
     trained = progress["epoch_n"] - n_before
@@ -150,15 +230,20 @@ def _train_epoch(run: TrainingRun) -> float:
 
 
 def _step(
-    run: TrainingRun, batch: Any, shard: Any, t_ready: float, bar: Any, ticker: ProgressLog
+    run: TrainingRun,
+    batch: Any,
+    shard: Any,
+    t_ready: float,
+    reporting: tuple[StepReadout, Any, ProgressLog],
 ) -> bool:
     """One optimizer step on one batch; returns whether ``trainer.max_steps`` is reached."""
     progress, tc = run.progress, run.cfg.trainer
+    readout, bar, ticker = reporting
     t0 = time.perf_counter()
     out = run.book.net(batch)
     loss = out["loss"]
-    if not torch.isfinite(loss):
-        raise TrainingDiverged(_diverged(loss, progress, run.last, run.model))
+    if readout.every == 1 and not torch.isfinite(loss):  # no wait here: before its update
+        raise TrainingDiverged(_diverged(loss.item(), progress["epoch"], progress["step"] + 1, run))
     t1 = time.perf_counter()
     run.optimizer.zero_grad(set_to_none=True)
     run.book.backward(loss, shard)
@@ -173,19 +258,25 @@ def _step(
     t3 = time.perf_counter()
     progress["step"] += 1
     progress["batch"] += 1
-    run.book.record(progress, out, batch.size, shard, (t_ready, t0, t1, t2, t3))
-    loss_value = loss.item()
-    if hasattr(bar, "set_postfix"):
-        bar.set_postfix(loss=f"{loss_value:.4f}")
-    run.run_log.step(progress["step"], loss_value)
-    ticker.update(progress["batch"], loss_value)
+    step = _Pending(
+        progress["epoch"],
+        progress["step"],
+        progress["batch"],
+        out,
+        batch.size,
+        shard,
+        (t_ready, t0, t1, t2, t3),
+    )
+    checkpoint = bool(tc.checkpoint_every and progress["step"] % tc.checkpoint_every == 0)
+    if readout.add(step) or checkpoint:
+        readout.read(run, bar, ticker)
     if run.governor is not None and run.governor.tick() is not None:
         log.info(
             "other processes %s the cores: %d intra-op thread(s)",
             "hold" if run.governor.current == 1 else "left",
             run.governor.current,
         )
-    if tc.checkpoint_every and progress["step"] % tc.checkpoint_every == 0:
+    if checkpoint:
         run.book.sync(progress)
         run.checkpoint(run.last)
     if tc.max_steps and progress["step"] >= tc.max_steps:
@@ -202,19 +293,30 @@ def evaluate_split(run: TrainingRun, split: str) -> dict[str, Any]:
     )
 
 
-def _diverged(loss: torch.Tensor, progress: dict[str, Any], last: Path, model: Any) -> str:
+def _diverged(
+    value: float, epoch: int, step: int, run: TrainingRun, later: int | None = None
+) -> str:
     """What went wrong and what to do: finite weights mean the batch itself gave the
-    non-finite loss (its data or the loss), where a learning-rate cut would not help."""
+    non-finite loss (its data or the loss), where a learning-rate cut would not help. ``later``:
+    the steps run past the bad one before its loss was read back (a GPU run's read-back: its
+    own update has run too); ``None``: caught before its update."""
+    last = run.last
     where = f"the last good checkpoint is {last if last.exists() else 'not written yet'}"
-    if all(torch.isfinite(p).all() for p in model.parameters()):
+    if all(torch.isfinite(p).all() for p in run.model.parameters()):
         advice = (
             "every weight is still finite, so this batch's inputs or targets give the "
             "non-finite value: check the data for NaN, inf or huge numbers"
         )
+    elif later is not None:  # its own update (and later ones) may have made them so
+        advice = (
+            "the weights are no longer finite (its update and any later step's may have made "
+            "them so): check the data for NaN, inf or huge numbers, or lower optimizer.lr or "
+            "set trainer.grad_clip"
+        )
     else:
         advice = "the weights diverged: lower optimizer.lr or set trainer.grad_clip"
-    epoch, step = progress["epoch"], progress["step"] + 1
-    return f"loss became {loss.item()} at epoch {epoch}, step {step}; {where} ({advice})"
+    read = f" (read {later} step(s) later)" if later else ""
+    return f"loss became {value} at epoch {epoch}, step {step}{read}; {where} ({advice})"
 
 
 def _report_loop_caps(model: torch.nn.Module, epoch: int) -> None:

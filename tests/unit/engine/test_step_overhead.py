@@ -1,0 +1,39 @@
+"""What one engine training step asks of a device (``foldexp.bench.overhead``): no host sync
+between the plan's upload and the loss, and the plan uploaded in one copy (constants in one
+more), counted on the CPU and, for uploads, with the model on the ``meta`` device."""
+
+from __future__ import annotations
+
+import torch
+
+from foldexp.bench.overhead import count_ops, cuda_route, peers_step
+
+
+def test_the_counter_tells_views_syncs_and_uploads_apart() -> None:
+    x = torch.ones(3)
+
+    def fn() -> None:
+        y = x.view(3) * 2
+        y.sum().item()
+        y.to("meta")
+
+    c = count_ops(fn)
+    assert c.views == 1 and c.syncs == 1 and c.uploads == 1
+    assert c.ops["mul.Tensor"] == 1 and c.total == c.views + c.not_views
+
+
+def test_an_engine_step_makes_no_host_sync() -> None:
+    with cuda_route():
+        step = peers_step("engine", trees=16, leaves=8, hidden=8)
+        step()
+        c = count_ops(step)
+    assert c.syncs == 0 and c.not_views > 50
+
+
+def test_an_engine_step_uploads_its_plan_in_one_copy() -> None:
+    with cuda_route():
+        step = peers_step("engine", trees=16, leaves=8, hidden=8, device="meta")
+        step()
+        c = count_ops(step)
+    # one for the plan's index arrays, one for the constants (the trees' word ids)
+    assert c.uploads <= 2, c.uploads
