@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install run test lint format bench demo clean
+.PHONY: help install run test lint format bench demo gpu-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -34,6 +34,10 @@ format: $(STAMP) ## apply ruff formatting and autofixes
 
 bench: $(STAMP) ## engine throughput benchmark (Tree-LSTM, 256 trees of 64 leaves)
 	$(PY) benchmarks/engine_treelstm.py
+
+# No $(STAMP): install would put the CPU wheel in; a GPU machine brings its own CUDA torch.
+gpu-check: ## gpu tests, each preset's short epoch on CUDA and the peers' step: one table
+	$(if $(wildcard $(PY)),$(PY),python3) -m foldexp.bench.gpu_check
 
 demo: $(STAMP) ## print a schedule and the speedup of batching
 	$(VENV)/bin/foldexp demo
