@@ -86,7 +86,9 @@ def rng_state() -> dict[str, Any]:
         "numpy": [kind, torch.from_numpy(np.asarray(keys, dtype=np.int64)), pos, has_gauss, cached],
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():
+    # Only where this process has used CUDA: a CPU run's GPU generators are untouched, and
+    # asking for them would start a CUDA context on every GPU of the machine.
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
@@ -98,7 +100,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        # A run resumed on a machine with fewer GPUs (or read on one without: nothing to set)
+        # restores the generators of the devices it has.
+        for index, generator in enumerate(state["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(generator, index)
 
 
 def save_checkpoint(
