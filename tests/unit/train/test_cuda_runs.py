@@ -126,3 +126,12 @@ def test_device_auto_takes_cuda(tiny: list[str], tmp_path: Path) -> None:
 
     assert resolve_device("auto").type == "cuda"
     _train([*tiny, "device=auto", "trainer.epochs=1"], tmp_path / "run")
+
+
+def test_the_attention_experiment_trains_on_cuda(tmp_path: Path) -> None:
+    """Its statistics (the count within the tolerance) stay on the device with the loss."""
+    sizes = ["n_train=24", "n_dev=8", "n_test=8", "min_len=4", "max_len=9"]
+    args = ["experiment=addition_attention", "trainer.epochs=1", "trainer.batch_size=4"]
+    args += ["trainer.progress=false", "trainer.plots=false", "model.hidden_size=8"]
+    results = _train([*args, *(f"dataset.{s}" for s in sizes), "device=cuda"], tmp_path / "a")
+    assert 0 <= results["test_accuracy"] <= 1 and math.isfinite(results["test_mse"])
