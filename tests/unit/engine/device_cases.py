@@ -65,6 +65,7 @@ def composition_and_constants() -> Case:
         ten = fb.FromTensor(10 * np.ones(3, dtype="float32"))
         both = fb.AllOf(fb.Identity(), fb.Function(torch.neg)).reads(x)
         fb.Metric("x").reads(x)
+        fb.Void().reads(x)
         first = fb.GetItem(0).reads(both)
         c.output.reads(fb.Function(torch.mul).reads(ten, first), fb.Zeros(fb.TensorType(2)))
     return c, [[1.0, 2.0, 3.0], [0.0, -1.0, 0.5], [2.0, 2.0, 2.0]]
