@@ -14,6 +14,7 @@ list; a Python-object value is the object itself; void is ``None``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from foldexp.types import (
@@ -26,7 +27,16 @@ from foldexp.types import (
 if TYPE_CHECKING:
     from foldexp.blocks._ops import Op
 
-__all__ = ["Block", "Tracer", "InputError", "Pipe", "convert_to_block", "Pending", "Wire"]
+__all__ = [
+    "Block",
+    "Tracer",
+    "InputError",
+    "Pipe",
+    "convert_to_block",
+    "iter_blocks",
+    "Pending",
+    "Wire",
+]
 
 
 class Tracer(Protocol):
@@ -290,6 +300,26 @@ class Pipe(Block):
 
     def __repr__(self) -> str:
         return " >> ".join(repr(b) for b in self.blocks)
+
+
+def iter_blocks(
+    root: Block, more: Callable[[Block], Sequence[Block]] | None = None
+) -> Iterator[Block]:
+    """Every block reachable from ``root`` once, depth-first in ``children()`` order (a
+    recursive model's cycles walked once); ``more(block)``: blocks to visit after a block's
+    own children."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        b = stack.pop()
+        if id(b) in seen:
+            continue
+        seen.add(id(b))
+        yield b
+        children = b.children()
+        if more is not None:
+            children = [*children, *more(b)]
+        stack.extend(reversed(children))
 
 
 def convert_to_block(obj: Any) -> Block:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from foldexp.blocks._base import Block
+from foldexp.blocks._base import Block, iter_blocks
 from foldexp.blocks._ops import Op
 from foldexp.blocks._sequences import Repeat
 from foldexp.blocks._steps import run_steps
@@ -96,19 +96,12 @@ def block_device(block: Block) -> torch.device | None:
     """Where the first module reachable from (typed) ``block`` that holds a parameter or a
     buffer keeps it: the device the eager oracle must make its constants on, as the compiler
     runs where the parameters are. ``None`` for a block without any."""
-    seen: set[int] = set()
-    stack = [block]
-    while stack:
-        b = stack.pop()
-        if id(b) in seen:
-            continue
-        seen.add(id(b))
+    for b in iter_blocks(block):
         op = getattr(b, "op", None)
         module = op.module if isinstance(op, Op) else None
         if module is not None:
             for t in itertools.chain(module.parameters(), module.buffers()):
                 return t.device
-        stack.extend(reversed(b.children()))
     return None
 
 

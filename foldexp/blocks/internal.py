@@ -12,7 +12,7 @@ outside foldexp should not rely on them.
 
 from __future__ import annotations
 
-from foldexp.blocks._base import Block, InputError, Pipe, convert_to_block
+from foldexp.blocks._base import Block, InputError, Pipe, convert_to_block, iter_blocks
 from foldexp.blocks._closures import Memo, closure_class, trace_fn
 from foldexp.blocks._fusion import FusedOps, fused_blocks
 from foldexp.blocks._loops import (
@@ -36,6 +36,7 @@ __all__ = [
     "InputError",
     "Pipe",
     "convert_to_block",
+    "iter_blocks",  # every block reachable from a root, once
     # tracing: a block over one input → the tensor operations it emits
     "trace_fn",  # the block tree as nested closures, traced once per block (the fast path)
     "closure_class",  # which closure of ``trace_fn`` traces a block (None: its own ``_trace``)

@@ -24,6 +24,7 @@ from foldexp.blocks.internal import (
     contains_unfold,
     convert_to_block,
     fused_blocks,
+    iter_blocks,
     loop_blocks,
     structure_builder,
 )
@@ -42,23 +43,19 @@ def collect_ops(root: Block, fuse: bool = False) -> list[Op]:
     also the fused ops of every pipe's runs of op blocks (``blocks/_fusion.py``)."""
     ops: list[Op] = []
     seen_ops: set[int] = set()
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        b = stack.pop()
-        if id(b) in seen:
-            continue
-        seen.add(id(b))
+
+    def fused(b: Block) -> list[Block]:
+        # The unfused blocks stay too: a block traced through ``_trace`` (inside a ``Map``,
+        # say) invokes them one by one.
+        return (
+            [f for f in fused_blocks(b) if isinstance(f, FusedOps)] if isinstance(b, Pipe) else []
+        )
+
+    for b in iter_blocks(root, fused if fuse else None):
         op = getattr(b, "op", None)
         if isinstance(op, Op) and id(op) not in seen_ops:
             seen_ops.add(id(op))
             ops.append(op)
-        children = b.children()
-        if fuse and isinstance(b, Pipe):
-            # The unfused blocks stay too: a block traced through ``_trace`` (inside a ``Map``,
-            # say) invokes them one by one.
-            children = [*children, *(f for f in fused_blocks(b) if isinstance(f, FusedOps))]
-        stack.extend(reversed(children))
     return ops
 
 
