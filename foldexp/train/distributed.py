@@ -131,6 +131,28 @@ def accumulate(sums: dict[str, Any], out: dict[str, Any], size: int) -> None:
         sums[k] = sums.get(k, 0.0) + float(v.detach() if torch.is_tensor(v) else v) * w
 
 
+def read_scalars(outs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Batches' outputs with their scalar tensors read as floats, for ``accumulate``: one wait
+    for each device holding some, not one per value (a GPU run reads a batch's statistics
+    with the next few's). float64 holds each float32 or count exactly, as ``float(v)`` would
+    read it, so the sums are the same."""
+    read = [dict(out) for out in outs]
+    slots = [
+        (i, k)
+        for i, out in enumerate(outs)
+        for k, v in out.items()
+        if torch.is_tensor(v) and v.dim() == 0
+    ]
+    by_device: dict[torch.device, list[tuple[int, str]]] = {}
+    for i, k in slots:
+        by_device.setdefault(outs[i][k].device, []).append((i, k))
+    for where in by_device.values():  # a model may keep a statistic on the CPU
+        values = torch.stack([outs[i][k].detach().double() for i, k in where]).tolist()
+        for (i, k), value in zip(where, values):
+            read[i][k] = value
+    return read
+
+
 def merge(parts: list[tuple[dict[str, Any], int]]) -> tuple[dict[str, Any], int]:
     """Per-rank (sums, count) added in rank order: the same floats on every rank; tensors (see
     ``accumulate``) are concatenated in rank order."""

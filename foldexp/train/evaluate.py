@@ -22,6 +22,9 @@ from foldexp.validate import plain
 
 __all__ = ["evaluate", "improves"]
 
+# Batches whose statistics are read back together (``distributed.read_scalars``).
+BATCHES_PER_READ = 16
+
 
 def evaluate(
     model: Any,
@@ -55,11 +58,20 @@ def evaluate(
     )
     loaders = loaders or RunLoaders(model, tc.num_workers, 0)
     loader = loaders.get(prefix, examples, sampler)
+    pending: list[tuple[dict[str, Any], int]] = []
+
+    def read() -> None:  # a few batches' statistics in one wait for the device
+        for out, (_, size) in zip(dd.read_scalars([o for o, _ in pending]), pending):
+            dd.accumulate(sums, out, size)
+        pending.clear()
+
     with torch.no_grad():
         for batch in progress_bar(loader, tc.progress and ctx.is_main, desc=prefix):
-            out = model(batch)
+            pending.append((model(batch), batch.size))
             n += batch.size
-            dd.accumulate(sums, out, batch.size)
+            if len(pending) >= BATCHES_PER_READ:
+                read()
+        read()
     if ctx.enabled:
         sums, n = dd.merge(dd.all_gather(ctx, (sums, n)))
     metrics = {"loss": sums.get("loss", 0.0) / max(1, n), **model.summarize(sums)}

@@ -76,25 +76,6 @@ class _Pending:
     times: tuple[float, float, float, float, float]
 
 
-def _read_scalars(pending: list[_Pending]) -> dict[int, dict[str, Any]]:
-    """Each step's outputs with its scalar tensors (the loss among them) read as floats: one
-    wait for each device holding some, not one per value. float64 holds each float32 or count
-    exactly, as ``float(v)`` would read it."""
-    slots = [
-        (p, k) for p in pending for k, v in p.out.items() if torch.is_tensor(v) and v.dim() == 0
-    ]
-    by_device: dict[torch.device, list[int]] = {}
-    for j, (p, k) in enumerate(slots):
-        by_device.setdefault(p.out[k].device, []).append(j)
-    read: dict[int, dict[str, Any]] = {id(p): dict(p.out) for p in pending}
-    for js in by_device.values():  # a model may keep a statistic on the CPU
-        values = torch.stack([slots[j][0].out[slots[j][1]].detach().double() for j in js])
-        for j, value in zip(js, values.tolist()):
-            p, k = slots[j]
-            read[id(p)][k] = value
-    return read
-
-
 class StepReadout:
     """The steps not yet read back; ``read`` takes them all in one wait for the device."""
 
@@ -119,13 +100,13 @@ class StepReadout:
         pending, self.pending, self.last = self.pending, [], time.perf_counter()
         if not pending:
             return
-        read = _read_scalars(pending)
-        losses = [float(read[id(p)]["loss"]) for p in pending]
-        for k, (p, value) in enumerate(zip(pending, losses)):
+        outs = dd.read_scalars([p.out for p in pending])
+        losses = [float(out["loss"]) for out in outs]
+        for k, (p, out, value) in enumerate(zip(pending, outs, losses)):
             if not math.isfinite(value):
                 later = len(pending) - 1 - k if self.every > 1 else None
                 raise TrainingDiverged(_diverged(value, p.epoch, p.step, run, later))
-            run.book.record(run.progress, read[id(p)], p.size, p.shard, p.times)
+            run.book.record(run.progress, out, p.size, p.shard, p.times)
             run.run_log.step(p.step, value)
             ticker.update(p.batch, value)
         if hasattr(bar, "set_postfix"):

@@ -74,3 +74,21 @@ def test_a_nan_read_back_late_names_its_step(
     monkeypatch.setattr(TreeLSTMClassifier, "forward", poisoned)
     with pytest.raises(TrainingDiverged, match=r"loss became nan at epoch 0, step 6 \(read 2 "):
         run_train(compose_config([*tiny, "trainer.epochs=1"], tmp_path))
+
+
+def test_an_evaluation_reads_its_batches_statistics_together(
+    tiny: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = fit.evaluate_split
+    syncs: list[int] = []
+
+    def counted(run: Any, split: str) -> dict[str, Any]:
+        result: list[dict[str, Any]] = []
+        syncs.append(count_ops(lambda: result.append(real(run, split))).syncs)
+        return result[0]
+
+    monkeypatch.setattr(fit, "evaluate_split", counted)
+    run_train(compose_config([*tiny, "trainer.epochs=1", "trainer.eval_batch_size=8"], tmp_path))
+    # The loader's own seed, drawn on the CPU, is the one read; not a float() per statistic
+    # per batch (before: one per statistic and batch).
+    assert len(syncs) == 1 and syncs[0] <= 1, syncs
