@@ -44,8 +44,13 @@ def _tests(root: Path, out: Path, timeout: float) -> dict[str, int]:
     report = out / "gpu-tests.xml"
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider"]
     cmd += [f"--junitxml={report}", str(root / "tests")]
-    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout)
     counts = {"passed": 0, "failed": 0, "skipped": 0}
+    try:
+        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"gpu tests: no result within {timeout:.0f} s", file=sys.stderr)
+        counts["failed"] = 1
+        return counts
     if not report.exists():
         print(proc.stdout[-3000:] + proc.stderr[-3000:], file=sys.stderr)
         counts["failed"] = 1

@@ -10,7 +10,7 @@ contract with the executor.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -59,21 +59,6 @@ class Group:
     merged: int = 0
 
 
-def _upload(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """``tensors`` (int64 row indices) on ``device``, in one copy; views of one device
-    tensor."""
-    if not tensors:
-        return []
-    flat = torch.cat([t.reshape(-1) for t in tensors])
-    if torch.cuda.is_available() and device.type == "cuda":
-        flat = flat.pin_memory()  # a non-blocking copy from pageable memory would wait
-    on_device = flat.to(device, non_blocking=True)
-    return [
-        part.view(t.shape)
-        for part, t in zip(on_device.split([t.numel() for t in tensors]), tensors)
-    ]
-
-
 @dataclass
 class Plan:
     """Everything the executor needs for one batch; plain data (picklable, device-free)."""
@@ -99,50 +84,6 @@ class Plan:
         new = object.__new__(Plan)
         new.__dict__.update(self.__dict__)
         return new
-
-    def to(self, device: torch.device) -> Plan:
-        """A copy whose row indices live on ``device`` (constants move when buffers are made).
-
-        Every index array goes in one host-to-device copy, from pinned memory where there is
-        an accelerator to pin for, without waiting for it: one transfer per plan instead of one
-        per gather, and the device's views of it. The copy is kept in ``reuse`` (a plan run
-        again, an evaluation split, a served batch, uploads nothing)."""
-        if device.type == "cpu":
-            return self
-        kept = self.reuse.get("on_device")
-        if kept is not None and kept[0] == device:
-            return kept[1]
-        host = [
-            rows
-            for rows in (
-                *(ga.rows for g in self.groups for ga in g.gathers),
-                *(r for _, r in self.outputs),
-                *(r for _, r, _ in self.metrics.values()),
-            )
-            if isinstance(rows, torch.Tensor)
-        ]
-        moved = iter(_upload(host, device))
-
-        def move(rows: Index) -> Index:
-            return rows if isinstance(rows, slice) else next(moved)
-
-        # The same order as ``host`` above: gathers, then outputs, then metrics.
-        groups = [
-            Group(
-                g.op,
-                g.depth,
-                g.count,
-                [Gather(ga.tid, move(ga.rows), ga.positions) for ga in g.gathers],
-                g.outs,
-                g.merged,
-            )
-            for g in self.groups
-        ]
-        outputs = [(t, move(r)) for t, r in self.outputs]
-        metrics = {k: (t, move(r), i) for k, (t, r, i) in self.metrics.items()}
-        plan = replace(self, groups=groups, outputs=outputs, metrics=metrics)
-        self.reuse["on_device"] = (device, plan)
-        return plan
 
     @property
     def num_calls(self) -> int:

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import weakref
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from foldexp.blocks.internal import Op
-from foldexp.compiler.schedule import Index, Plan
+from foldexp.compiler.schedule import Gather, Group, Index, Plan
 from foldexp.kernels import fused_cells_enabled, routed_linears
 from foldexp.kernels.pointwise_graph import PointwiseFusion
 
-__all__ = ["allocate", "call_op", "dense_route", "outputs", "read"]
+__all__ = ["allocate", "call_op", "dense_route", "on_device", "outputs", "read"]
 
 
 fusions: weakref.WeakKeyDictionary[Op, PointwiseFusion] = weakref.WeakKeyDictionary()
@@ -49,6 +50,67 @@ def call_op(op: Op, args: list[Any]) -> list[Any]:
 def read(buf: torch.Tensor, rows: Index) -> torch.Tensor:
     """Rows of a buffer: a view for a contiguous range, else a gathered copy."""
     return buf[rows] if isinstance(rows, slice) else buf.index_select(0, rows)
+
+
+def on_device(plan: Plan, device: torch.device) -> Plan:
+    """A copy of ``plan`` whose row indices live on ``device`` (constants move when buffers
+    are made).
+
+    Every index array goes in one host-to-device copy, from pinned memory where there is an
+    accelerator to pin for, without waiting for it: one transfer per plan instead of one per
+    gather, and the device's views of it. The copy is kept in the plan's ``reuse`` (a plan run
+    again, an evaluation split, a served batch, uploads nothing)."""
+    if device.type == "cpu":
+        return plan
+    kept = plan.reuse.get("on_device")
+    if kept is not None and kept[0] == device:
+        return kept[1]
+    host = [
+        rows
+        for rows in (
+            *(ga.rows for g in plan.groups for ga in g.gathers),
+            *(r for _, r in plan.outputs),
+            *(r for _, r, _ in plan.metrics.values()),
+        )
+        if isinstance(rows, torch.Tensor)
+    ]
+    moved = iter(_upload(host, device))
+
+    def move(rows: Index) -> Index:
+        return rows if isinstance(rows, slice) else next(moved)
+
+    # The same order as ``host`` above: gathers, then outputs, then metrics.
+    groups = [
+        Group(
+            g.op,
+            g.depth,
+            g.count,
+            [Gather(ga.tid, move(ga.rows), ga.positions) for ga in g.gathers],
+            g.outs,
+            g.merged,
+        )
+        for g in plan.groups
+    ]
+    outs = [(t, move(r)) for t, r in plan.outputs]
+    metrics = {k: (t, move(r), i) for k, (t, r, i) in plan.metrics.items()}
+    moved_plan = replace(plan, groups=groups, outputs=outs, metrics=metrics)
+    plan.reuse["on_device"] = (device, moved_plan)
+    return moved_plan
+
+
+def _upload(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """``tensors`` (int64 row indices) on ``device``, in one copy; views of one device
+    tensor."""
+    if not tensors:
+        return []
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    if torch.cuda.is_available() and device.type == "cuda":
+        flat = flat.pin_memory()  # a non-blocking copy from pageable memory would wait
+    on_device = flat.to(device, non_blocking=True)
+    return [
+        part.view(t.shape)
+        for part, t in zip(on_device.split([t.numel() for t in tensors]), tensors)
+    ]
 
 
 def allocate(plan: Plan, device: torch.device) -> list[torch.Tensor]:

@@ -42,7 +42,7 @@ import torch
 
 from foldexp.blocks.internal import Op
 from foldexp.compiler.schedule import Group, Index, Plan
-from foldexp.executor.calls import allocate, call_op, dense_route, outputs, read
+from foldexp.executor.calls import allocate, call_op, dense_route, on_device, outputs, read
 from foldexp.executor.replay import run_kept
 from foldexp.kernels import WeightGradients, collecting_weight_gradients
 from foldexp.kernels.scatter import NATIVE_ELEMENTS, index_add_parts
@@ -306,7 +306,7 @@ def execute(
                 "random now (a dropout in training mode?): build plans in the mode they run in, "
                 "or compile with merge_duplicates=False"
             )
-    plan = plan.to(device)
+    plan = on_device(plan, device)
     trainable = [p for p in params if p.requires_grad]
     if torch.is_grad_enabled() and trainable:
         return list(_SweepFunction.apply(_Sweep(plan, ops, trainable, device), *trainable))

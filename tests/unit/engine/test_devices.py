@@ -20,6 +20,7 @@ from torch.utils._pytree import tree_flatten
 
 import foldexp.blocks as fb
 from foldexp import Compiler
+from foldexp.executor.calls import on_device
 from foldexp.testing import check_block, check_devices_agree
 
 
@@ -120,7 +121,7 @@ def test_a_plan_goes_to_the_device_in_one_copy_and_once() -> None:
     )
     assert indices > 5  # the case has many gathers to move
     with _Devices() as mode:
-        moved = plan.to(torch.device("meta"))
+        moved = on_device(plan, torch.device("meta"))
     copies = [op for op, devices in mode.seen if op in _COPIES and "meta" in devices]
     assert len(copies) == 1, copies
     assert all(
@@ -130,5 +131,5 @@ def test_a_plan_goes_to_the_device_in_one_copy_and_once() -> None:
         if isinstance(ga.rows, torch.Tensor)
     )
     with _Devices() as mode:
-        assert plan.to(torch.device("meta")) is moved  # a plan run again uploads nothing
+        assert on_device(plan, torch.device("meta")) is moved  # a plan run again uploads nothing
     assert not mode.seen
