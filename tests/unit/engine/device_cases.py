@@ -130,6 +130,29 @@ def recursion_and_dispatch() -> Case:
     return tree(), [grow(n) for n in (1, 2, 3, 7, 12)]
 
 
+def loops() -> Case:
+    """While (a data-dependent count, ``count=True``) and Unfold (a sequence until a stop)."""
+    _rng()
+    grow = fb.While(
+        fb.Function(lambda x: x.sum(-1) < 100.0),
+        fb.Function(torch.nn.Linear(3, 3)) >> fb.Function(lambda x: x.abs() + 1.0),
+        max_iterations=4,
+        count=True,
+        name="grow",
+    )
+
+    def step(h: torch.Tensor, b: torch.Tensor) -> tuple:
+        return (h * 0.5, b - 1.0), h.sum(-1), b <= 1.0
+
+    unfold = fb.Unfold(fb.Function(step), max_length=6)
+    block = fb.Record(
+        (fb.Vector(3) >> grow, fb.Record([fb.Vector(3) >> fb.FC(3), fb.Scalar()]) >> unfold)
+    ) >> fb.AllOf(fb.GetItem(0), fb.GetItem(1) >> fb.Sum())
+    xs = [([0.0, 0.0, 0.0], ([0.1, 0.2, -0.3], 2.0)), ([200.0, 0.0, 0.0], ([1.0, 0.0, 0.5], 0.0))]
+    xs.append(([1.0, 2.0, 3.0], ([0.5, 0.5, 0.5], 5.0)))
+    return block, xs
+
+
 def tree_lstm() -> Case:
     """The binary Tree-LSTM classifier's block (``models.tree_lstm``)."""
     rng = _rng()
@@ -194,6 +217,10 @@ def weave_model() -> Case:
     return net, [molecule(k) for k in (1, 4, 2, 6, 3)]
 
 
+# Cases whose control flow reads tensor values (a loop's condition), which a ``meta`` tensor has
+# not: only a real device runs them.
+NEEDS_VALUES = {"loops"}
+
 CASES: dict[str, Callable[[], Case]] = {
     f.__name__: f
     for f in (
@@ -202,6 +229,7 @@ CASES: dict[str, Callable[[], Case]] = {
         sequences,
         nth_element,
         recursion_and_dispatch,
+        loops,
         tree_lstm,
         sst_tree_lstm_model,
         child_sum_model,

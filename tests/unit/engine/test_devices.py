@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 import torch
-from device_cases import CASES  # beside this file (pytest puts its folder on the path)
+from device_cases import (
+    CASES,
+    NEEDS_VALUES,
+)  # beside this file (pytest puts its folder on the path)
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -49,6 +52,8 @@ def _off_device(mode: _Devices, device: str) -> list[tuple[str, set[str]]]:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_eager_oracle_makes_its_tensors_where_the_parameters_are(name: str) -> None:
+    if name in NEEDS_VALUES:
+        pytest.skip("its control flow reads values, which meta tensors have not")
     block, inputs = CASES[name]()
     comp = Compiler(block).to("meta")
     with _Devices() as mode:
@@ -59,6 +64,8 @@ def test_the_eager_oracle_makes_its_tensors_where_the_parameters_are(name: str) 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_batched_engine_makes_its_tensors_where_the_parameters_are(name: str) -> None:
+    if name in NEEDS_VALUES:
+        pytest.skip("its control flow reads values, which meta tensors have not")
     block, inputs = CASES[name]()
     comp = Compiler(block).to("meta")
     plan = comp.build(inputs)  # traced and scheduled on the CPU, device-free
