@@ -220,7 +220,7 @@ def _allow_target_option(ap: argparse.ArgumentParser) -> None:
 
 
 def _predict(argv: list[str]) -> int:
-    from foldexp.analysis.predict import run_predict
+    from foldexp.analysis.predict import stream_predict
 
     ap = argparse.ArgumentParser(prog="foldexp predict", description=COMMANDS["predict"])
     ap.add_argument("run_dir", help="a trained run's folder (run_info.json, checkpoints/best.pt)")
@@ -235,7 +235,7 @@ def _predict(argv: list[str]) -> int:
     _allow_target_option(ap)
     a = ap.parse_args(argv)
     with _trusting(a):
-        rows = run_predict(
+        rows, failed = stream_predict(
             a.run_dir,
             a.input,
             a.output,
@@ -244,8 +244,7 @@ def _predict(argv: list[str]) -> int:
             allow_targets=a.allow_target,
         )
     if a.output:
-        failed = sum(1 for r in rows if r["error"])
-        print(f"wrote {a.output}: {len(rows)} rows, {failed} with an error", file=sys.stderr)
+        print(f"wrote {a.output}: {rows} rows, {failed} with an error", file=sys.stderr)
     return 0
 
 
@@ -263,10 +262,16 @@ def _eval(argv: list[str]) -> int:
         "--split", default="test", choices=SPLITS, help="split to score, or all of them (test)"
     )
     ap.add_argument("--out", default=None, help="where to write (default: RUN_DIR/eval.json)")
+    ap.add_argument(
+        "--run-paths",
+        action="store_true",
+        help="read the files the run folder's config names (dataset.path, word_vectors, ...) "
+        "that no override names: for a run of your own; by default a run folder names no files",
+    )
     _allow_target_option(ap)
     a = ap.parse_args(argv)
     with _trusting(a):
-        result = run_eval(a.run_dir, a.overrides, a.split, a.out, a.allow_target)
+        result = run_eval(a.run_dir, a.overrides, a.split, a.out, a.allow_target, a.run_paths)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -46,6 +46,7 @@ __all__ = [
     "check_section",
     "check_value",
     "import_target",
+    "path_keys",
     "physical_memory",
     "plain",
     "schema_defaults",
@@ -217,7 +218,10 @@ def check_run_config(
     it: every ``_target_`` registered (``check_registered``), each section's target of its role
     (a model a model, not an optimizer; ``allowed`` targets may stand for a model), then the
     schema checks ``foldexp train`` makes at compose time (``check_config``). Errors name
-    ``source`` and the key."""
+    ``source`` and the key. A run folder's config is written resolved, so an interpolation in
+    it (``${oc.env:HOME}``, any resolver) was put there by hand: it is refused, never resolved
+    (``_check_resolved``)."""
+    _check_resolved(config, source)
     check_registered(config, source, allowed=allowed)
     for section in ("dataset", "model", "optimizer", *_GROUP_SCHEMAS, "logger"):
         if config.get(section) is not None and not isinstance(config[section], Mapping):
@@ -238,6 +242,35 @@ def check_run_config(
         check_config(config, files=False)  # predict needs none of them; eval checks its own
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
+
+
+def _check_resolved(node: Any, source: str, path: str = "") -> None:
+    """Refuses any ``${`` in a run folder's config (values and keys, at any depth): OmegaConf
+    would resolve it on first access, reading the environment (``oc.env``) or other keys, and
+    the range checks pass over interpolations."""
+    items = node.items() if isinstance(node, Mapping) else enumerate(node)
+    for key, value in items:
+        where = f"{path}.{key}" if path and isinstance(node, Mapping) else f"{path}[{key}]"
+        where = str(key) if not path else where
+        if isinstance(key, str) and "${" in key or isinstance(value, str) and "${" in value:
+            shown = value if isinstance(value, str) else key
+            raise ConfigError(
+                f"{source}: {where}={shown[:80]!r} is an interpolation; a run folder's config is "
+                "stored resolved, and an interpolation found in one is never resolved (it could "
+                "read the environment or other files)"
+            )
+        if isinstance(value, (Mapping, list)):
+            _check_resolved(value, source, where)
+
+
+def path_keys(target: str) -> list[str]:
+    """The keys of the dataset ``target``'s schema that name files or folders (``a_path``,
+    ``existing_file``): those a run folder's config holds are not followed unless named on the
+    command line."""
+    schema = schema_for(target)
+    if schema is None:
+        return []
+    return [f.name for f in dataclasses.fields(schema) if f.metadata.get("path")]
 
 
 def check_value(key: str, value: Any, spec: dataclasses.Field) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from foldexp.data.cells import markdown_cell
 from foldexp.train.artifacts import write_json, write_text
 from foldexp.train.runs import dataset_key, find_runs, load_run_model, run_bundles
 
@@ -117,7 +118,8 @@ def _markdown(result: dict[str, Any], metrics: list[str]) -> str:
     rule = "|---|" + "---|" * len(metrics)
 
     def row(name: str, values: dict[str, float]) -> str:
-        return f"| {name} | " + " | ".join(f"{100 * values[m]:.2f}" for m in metrics) + " |"
+        cells = " | ".join(f"{100 * values[m]:.2f}" for m in metrics)
+        return f"| {markdown_cell(name)} | {cells} |"
 
     lines = [f"# Ensemble of {len(result['members'])} runs ({split}, %)", "", head, rule]
     lines += [row(f"seed {m['seed']} ({m['run']})", m) for m in result["members"]]

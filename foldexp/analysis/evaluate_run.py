@@ -16,7 +16,14 @@ run's class ids; a metric the examples leave undefined (an AUC over one class) i
 the result, listed under ``undefined`` and warned about, never a failure of the whole file. A
 file whose columns have other names is told the key to name them with
 (``dataset.label_column=COL``, ``dataset.targets=[COL]``); the targets given that way are the
-run's targets under the file's names, so only their number must match."""
+run's targets under the file's names, so only their number must match.
+
+A run folder names no other files: it may come from someone else, so a file or folder its config
+names (``dataset.path``, ``dataset.word_vectors``, ``dataset.data_dir``: every ``a_path`` key of
+the dataset's schema) is read only when the command line names it too
+(``dataset.path=PATH``), or with ``run_paths`` (``--run-paths``: a run of one's own). The
+run's featurisation cache folder is not used (a cache only saves time); file names inside
+the given ``dataset.path`` (``train_file=train.txt``) are kept."""
 
 from __future__ import annotations
 
@@ -32,8 +39,8 @@ from omegaconf import OmegaConf
 from foldexp.experiments.build import build_dataset
 from foldexp.train.artifacts import write_json
 from foldexp.train.evaluate import evaluate
-from foldexp.train.runs import load_trained
-from foldexp.validate import ConfigError, check_config
+from foldexp.train.runs import RUN_INFO, load_trained
+from foldexp.validate import ConfigError, check_config, path_keys
 
 __all__ = ["run_eval", "SPLITS"]
 
@@ -42,6 +49,33 @@ SPLITS = ("train", "dev", "test", "all")  # all: the three together (a whole oth
 _TASK_KEYS = ("num_classes", "task", "target_names", "class_names", "num_targets")
 _ALLOWED_GROUPS = ("dataset.", "trainer.")
 log = logging.getLogger(__name__)
+
+
+def _own_paths(dataset: Any, overrides: Sequence[str], source: Path, run_paths: bool) -> None:
+    """Drops the run's cache folder from ``dataset`` (the merged config's section), after
+    refusing any other file or folder it names that the command line (``overrides``) does not
+    name, unless ``run_paths``."""
+    named = {o.lstrip("+").split("=", 1)[0] for o in overrides}
+    for key in path_keys(str(dataset.get("_target_"))):
+        value = dataset.get(key)
+        if run_paths or f"dataset.{key}" in named or value in (None, ""):
+            continue
+        if key == "cache_dir":
+            dataset[key] = None  # a cache only saves time: eval writes none where a folder says
+        elif key.endswith("_file") and _a_name(str(value)):
+            continue  # a file's name inside dataset.path, which must be given
+        else:
+            raise ConfigError(
+                f"{source}: dataset.{key}={str(value)[:120]!r} names a file of this "
+                "machine; a run folder names no other files (it may come from someone else), so "
+                f"eval reads only those its command line names: pass dataset.{key}=PATH, or "
+                "--run-paths to read the files the run names (a run of your own)"
+            )
+
+
+def _a_name(value: str) -> bool:
+    """A plain file name (``train.txt``): no folder, so it stays inside ``dataset.path``."""
+    return bool(value) and Path(value).name == value and value not in (".", "..")
 
 
 def _merged_config(saved: dict[str, Any], overrides: Sequence[str]) -> Any:
@@ -79,13 +113,16 @@ def run_eval(
     split: str = "test",
     out: str | Path | None = None,
     allow_targets: Sequence[str] = (),
+    run_paths: bool = False,
 ) -> dict[str, Any]:
     """Scores the run's best weights on ``split`` of its (overridden) dataset; writes
-    ``eval.json`` and returns the metrics."""
+    ``eval.json`` and returns the metrics. ``run_paths``: read the files the run's config
+    names that the overrides do not (a run of one's own)."""
     if split not in SPLITS:
         raise ConfigError(f"--split={split!r}; expected one of {', '.join(SPLITS)}")
     run = load_trained(run_dir, allow_targets)
     cfg = _merged_config(run.config, overrides)
+    _own_paths(cfg.dataset, overrides, run.folder / RUN_INFO, run_paths)
     bundle = build_dataset(cfg.dataset, trained=run.info)
     _check_same_task(run.info, bundle.info, run.folder, overrides)
     parts = [getattr(bundle, name) for name in SPLITS[:3]]

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from foldexp.data.cells import markdown_frame, spreadsheet_frame
 from foldexp.data.errors import FormatError
 from foldexp.train.artifacts import atomic_write, read_verified_json, write_text
 
@@ -74,6 +75,11 @@ def _check_metric(df: pd.DataFrame, metric: str) -> None:
             raise FormatError(f"{Path(run) / 'results.json'}: {metric}={value!r} is not a number")
 
 
+def _markdown(frame: pd.DataFrame) -> str:
+    """``frame`` as a markdown table whose cells cannot break it (``|`` escaped)."""
+    return markdown_frame(frame).to_markdown(index=False, floatfmt=".4f")
+
+
 def run_report(
     dirs: Sequence[str | Path],
     metric: str = "test_accuracy",
@@ -99,8 +105,8 @@ def run_report(
         ]
         if c in df.columns
     ]
-    atomic_write(out / "report.csv", lambda tmp: df.to_csv(tmp, index=False))
-    write_text(out / "report.md", df[cols].to_markdown(index=False, floatfmt=".4f") + "\n")
+    atomic_write(out / "report.csv", lambda tmp: spreadsheet_frame(df).to_csv(tmp, index=False))
+    write_text(out / "report.md", _markdown(df[cols]) + "\n")
 
     group = ["experiment", "overrides"] if "experiment" in df.columns else ["overrides"]
     summary = (
@@ -109,8 +115,9 @@ def run_report(
         .reset_index()
         .sort_values("mean", ascending=ascending)
     )
-    atomic_write(out / "summary.csv", lambda tmp: summary.to_csv(tmp, index=False))
-    write_text(out / "summary.md", summary.to_markdown(index=False, floatfmt=".4f") + "\n")
+    safe = spreadsheet_frame(summary)
+    atomic_write(out / "summary.csv", lambda tmp: safe.to_csv(tmp, index=False))
+    write_text(out / "summary.md", _markdown(summary) + "\n")
 
     import matplotlib
 
@@ -131,5 +138,5 @@ def run_report(
         lambda tmp: fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight"),
     )
     plt.close(fig)
-    print(summary.to_markdown(index=False, floatfmt=".4f"))
+    print(_markdown(summary))
     return df

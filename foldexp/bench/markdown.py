@@ -16,6 +16,7 @@ from foldexp.bench.results import (
     table1_summary,
     throughput_summary,
 )
+from foldexp.data.cells import markdown_cell
 
 __all__ = ["render", "table1_markdown", "peers_markdown", "dynet_markdown", "scaling_markdown"]
 
@@ -32,8 +33,8 @@ def _f(x: float, digits: int = 3) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines = ["| " + " | ".join(map(markdown_cell, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(markdown_cell(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
 
 

@@ -26,6 +26,7 @@ from foldexp.bench.results import CSV_NAME, table1_summary, throughput_summary, 
 from foldexp.bench.schema import check_bench_config
 from foldexp.bench.timing import setup_env
 from foldexp.config import enum_value
+from foldexp.data.cells import spreadsheet_frame
 from foldexp.kernels import configure_kernels, keep_freed_memory
 
 __all__ = ["run_bench", "summarize"]
@@ -83,7 +84,7 @@ def run_bench(cfg: DictConfig) -> pd.DataFrame:
         records += cell.run()
     defaults = {**env.fields(), "preset": cfg.bench.name, "seed": seed, "note": ""}
     df = to_frame(records, defaults)
-    df.to_csv(out_dir / CSV_NAME, index=False)
+    spreadsheet_frame(df).to_csv(out_dir / CSV_NAME, index=False)
     summary = summarize(df, time.perf_counter() - t0)
     (out_dir / "bench.md").write_text(render(df, summary) + "\n")
     if cfg.bench.plots:

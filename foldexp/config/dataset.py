@@ -17,11 +17,13 @@ from foldexp.config.fields import (
     MAX_EXAMPLES,
     MAX_GENERATED,
     MAX_SEQUENCE_LENGTH,
+    a_path,
     count,
     existing_file,
     ranged,
     rng_seed,
 )
+from foldexp.data.molecule_csv import MAX_ATOMS, MAX_SMILES_CHARS
 
 __all__ = [
     "CALCULATOR_MAX_DEPTH",
@@ -117,7 +119,7 @@ class SSTDataConfig:
         "foldexp.experiments.datasets.sst"  # builder returning train/dev/test and model sizes
     )
     name: str = "sst"  # shown in results
-    data_dir: str = "${paths.data_dir}"  # folder holding sst/train.txt, dev.txt, test.txt
+    data_dir: str = a_path("${paths.data_dir}")  # folder holding sst/train.txt, dev.txt, test.txt
     view: SSTView = SSTView.fine  # fine (5 classes) | binary (neutral roots dropped)
     labels: NodeLabels = NodeLabels.all  # all (loss on every node) | root (sentence label only)
     lowercase: bool = False  # lower-case words for the vocabulary and lookups
@@ -139,7 +141,7 @@ class SSTSentencesDataConfig:
     # builder returning train/dev/test and model sizes
     _target_: str = "foldexp.experiments.datasets.sst_sentences"
     name: str = "sst_sentences"  # shown in results
-    data_dir: str = "${paths.data_dir}"  # folder holding sst/train.txt, dev.txt, test.txt
+    data_dir: str = a_path("${paths.data_dir}")  # folder holding sst/train.txt, dev.txt, test.txt
     view: SSTView = SSTView.fine  # fine (5 classes) | binary (neutral-root sentences dropped)
     lowercase: bool = False  # lower-case words for the vocabulary and lookups
     # words rarer than this in train map to the unknown token
@@ -157,7 +159,7 @@ class MoleculeDataConfig:
     # builder: read, featurise (RDKit, cached), split
     _target_: str = "foldexp.experiments.molecule_data.molecules_csv"
     name: str = "molecules_csv"  # shown in results
-    path: str = MISSING  # the CSV or CSV.gz file (comma, tab or semicolon separated; UTF-8)
+    path: str = a_path(MISSING)  # the CSV or CSV.gz file (comma, tab or semicolon separated; UTF-8)
     smiles_column: str = "smiles"  # the column holding SMILES
     targets: list[str] = MISSING  # [T1, T2, ...]: one column per target; empty, nan or NA = missing
     # regression (RMSE, MAE) | classification (0/1 labels; ROC AUC, PRC AUC)
@@ -174,9 +176,14 @@ class MoleculeDataConfig:
     # use only the first N molecules (0 = all); for quick runs
     limit: int = count(0, MAX_EXAMPLES, 0)
     # featurisation cache (null = featurise on every run)
-    cache_dir: str | None = "${paths.cache_dir}"
+    cache_dir: str | None = a_path("${paths.cache_dir}")
     # classification: weight each task's positives by its negatives / positives on train
     balance: bool = False
+    # a molecule of more atoms, or a SMILES of more characters, is an invalid row (on_invalid;
+    # predict: that row's error). 1,000 atoms: 56 MB of pair features, more than any drug,
+    # natural product or peptide such as insulin (~400); foldexp.data.molecule_csv says why
+    max_atoms: int = ranged(MAX_ATOMS, ge=1, le=4096)
+    max_smiles_chars: int = ranged(MAX_SMILES_CHARS, ge=1, le=1_000_000)
 
 
 @dataclass
@@ -202,10 +209,11 @@ class TreesPTBDataConfig:
     # builder returning train/dev/test and model sizes
     _target_: str = "foldexp.experiments.tree_data.trees_ptb"
     name: str = "trees_ptb"  # shown in results
-    path: str = MISSING  # a folder holding the three files, or one tree file (split=random)
-    train_file: str = "train.txt"  # split=files: the files' names inside path (or absolute paths)
-    dev_file: str = "dev.txt"
-    test_file: str = "test.txt"
+    path: str = a_path(MISSING)  # a folder holding the three files, or one tree file (split=random)
+    # split=files: the files' names inside path (or absolute paths)
+    train_file: str = a_path("train.txt")
+    dev_file: str = a_path("dev.txt")
+    test_file: str = a_path("test.txt")
     # files (path is a folder) | random (path is one file, cut by fractions)
     split: TreeSplit = TreeSplit.files
     # split=random: train / dev / test shares
@@ -245,7 +253,7 @@ class TextCSVDataConfig:
     # builder returning train/dev/test and model sizes
     _target_: str = "foldexp.experiments.text_data.text_csv"
     name: str = "text_csv"  # shown in results
-    path: str = MISSING  # the CSV or CSV.gz file (UTF-8, a header row)
+    path: str = a_path(MISSING)  # the CSV or CSV.gz file (UTF-8, a header row)
     text_column: str = "text"  # the column holding each sentence
     label_column: str = "label"  # its class: integers 0..K-1, or names (class ids in sorted order)
     tokenizer: Tokenizer = Tokenizer.whitespace  # whitespace (words) | chars (characters)

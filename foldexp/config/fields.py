@@ -31,6 +31,7 @@ __all__ = [
     "MAX_WIDTH",
     "Range",
     "count",
+    "a_path",
     "is_finite",
     "decay",
     "enum_value",
@@ -214,7 +215,13 @@ def width(default: Any) -> Any:
 def existing_file(default: str | None = None) -> Any:
     """A schema field naming a file that must exist (``null`` = none): ``check_config`` looks
     before any data is read, so a typo fails naming the key, not as a bare ``[Errno 2]``."""
-    return field(default=default, metadata={"file": True})
+    return field(default=default, metadata={"file": True, "path": True})
+
+
+def a_path(default: Any) -> Any:
+    """A schema field naming a file or folder: one that a run folder's config holds is not
+    followed by ``foldexp eval`` unless the command line names it (``validate.path_keys``)."""
+    return field(default=default, metadata={"path": True})
 
 
 def enum_value(value: Any) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from foldexp.data.cells import markdown_cell
 from foldexp.data.fetch import DATASETS, fetch, import_dataset
 from foldexp.data.paths import resolve_data_dir
 from foldexp.data.sst import SST_SPLITS, load_sst
@@ -54,9 +55,9 @@ def markdown_table(frame: pd.DataFrame, float_format: str = "{:.3g}") -> str:
     def cell(value: object) -> str:
         if isinstance(value, float | np.floating):
             return float_format.format(value)
-        return str(value)
+        return markdown_cell(str(value))
 
-    header = [str(frame.index.name or "")] + [str(c) for c in frame.columns]
+    header = [markdown_cell(str(c)) for c in [frame.index.name or "", *frame.columns]]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for index, *values in frame.itertuples(index=True, name=None):  # keeps per-column dtypes
         lines.append("| " + " | ".join([str(index), *(cell(v) for v in values)]) + " |")

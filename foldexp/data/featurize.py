@@ -27,6 +27,8 @@ from rdkit import Chem, RDConfig, rdBase
 from rdkit.Chem import ChemicalFeatures, rdchem
 
 __all__ = [
+    "read_smiles",
+    "shown_smiles",
     "ATOM_FEATURES",
     "ATOM_FEATURE_NAMES",
     "ATOM_SYMBOLS",
@@ -177,6 +179,41 @@ def pair_features(mol: Chem.Mol) -> np.ndarray:
         same_ring[np.ix_(idx, idx)] = True
     out[..., _P["same_ring"]] = same_ring & off_diagonal
     return out
+
+
+def read_smiles(smiles: str, max_atoms: int, max_chars: int) -> tuple[Chem.Mol | None, str]:
+    """``(mol, "")``, or ``(None, why)`` for a SMILES that is empty, invalid
+    (``parse_smiles``) or past a size limit: more than ``max_chars`` characters
+    (``dataset.max_smiles_chars``) or ``max_atoms`` atoms (``dataset.max_atoms``: the pair
+    features take atoms² × PAIR_FEATURES floats). A long SMILES is shown by its start only."""
+    smiles = smiles.strip()
+    if not smiles:
+        return None, "empty SMILES"
+    if len(smiles) > max_chars:
+        return None, (
+            f"a SMILES of {len(smiles):,} characters, more than dataset.max_smiles_chars="
+            f"{max_chars}"
+        )
+    mol = parse_smiles(smiles)
+    if mol is None:
+        why = (
+            "a SMILES holds no spaces"
+            if any(ch.isspace() for ch in smiles)
+            else "RDKit cannot parse it"
+        )
+        return None, f"invalid SMILES {shown_smiles(smiles)} ({why})"
+    if mol.GetNumAtoms() > max_atoms:
+        return None, (
+            f"a molecule of {mol.GetNumAtoms():,} atoms, more than dataset.max_atoms={max_atoms}"
+        )
+    return mol, ""
+
+
+def shown_smiles(smiles: str, width: int = 60) -> str:
+    """``smiles`` quoted for a message, cut after ``width`` characters (saying how long it is)."""
+    if len(smiles) <= width:
+        return repr(smiles)
+    return f"{smiles[:width]!r}… ({len(smiles):,} characters)"
 
 
 def featurize_mol(mol: Chem.Mol) -> tuple[np.ndarray, np.ndarray]:

@@ -6,6 +6,15 @@ not UTF-8, a damaged gzip stream, a missing column, a row of the wrong width, a 
 data rows, a target that is not a number or does not fit float32 (``inf``, ``1e39``), a target
 column with no value at all. Empty, ``nan`` or ``NA`` targets are missing (``MISSING``).
 Featurising the molecules and caching them is ``molecules.py``.
+
+A molecule past a size limit costs its row, never the file: ``MAX_SMILES_CHARS`` and
+``MAX_ATOMS`` are the defaults of ``dataset.max_smiles_chars`` and ``dataset.max_atoms``. A
+molecule's pair features take atoms² × 14 floats, so the atom limit is what bounds memory: 1,000
+atoms (56 MB of pair features) covers drug-like molecules (under 100 heavy atoms), the largest
+natural products (maitotoxin: 236) and peptides such as insulin (about 400). A SMILES of 20,000
+characters writes 1,000 atoms with room for brackets, charges, stereo marks and ring numbers.
+Python's CSV reader refuses a field over 131,072 characters by default; it is raised to the
+configured maximum, and a record with a longer field is that row's error (``too_long``).
 """
 
 from __future__ import annotations
@@ -23,19 +32,41 @@ from foldexp.data.delimiters import sniff_text_delimiter
 from foldexp.data.errors import FormatError, MoleculeError
 from foldexp.data.textfile import read_text
 
-__all__ = ["MISSING", "read_csv_column", "read_molecule_rows", "record_lines"]
+__all__ = [
+    "MAX_ATOMS",
+    "MAX_SMILES_CHARS",
+    "MISSING",
+    "allow_fields",
+    "read_csv_column",
+    "read_molecule_rows",
+    "record_lines",
+]
+
+MAX_ATOMS = 1_000  # default of dataset.max_atoms (see the module docstring)
+MAX_SMILES_CHARS = 20_000  # default of dataset.max_smiles_chars
 
 MISSING = {"", "nan", "na", "n/a", "none", "null"}  # a target field holding no value
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def _records(path: Path) -> tuple[list[str], Iterator[tuple[int, int, list[str]]]]:
-    """The header (stripped names) and ``(row number, line, fields)`` of every data record.
+def allow_fields(characters: int) -> None:
+    """Raises Python's CSV field limit (131,072 characters by default, one limit for the whole
+    process) to ``characters`` if it is lower."""
+    csv.field_size_limit(max(csv.field_size_limit(), characters))
+
+
+def _records(
+    path: Path, max_field: int = MAX_SMILES_CHARS
+) -> tuple[list[str], Iterator[tuple[int, int, list[str] | None]]]:
+    """The header (stripped names) and ``(row number, line, fields)`` of every data record;
+    ``fields`` is ``None`` for a record with a field longer than the CSV reader's limit (raised
+    to ``max_field``): that row's error, not the file's.
 
     Row numbers count records after the header from 1 (blank records included, so a row number
     is stable); blank records themselves are not yielded. ``line`` is the line the record
     starts on: a quoted field may hold line breaks, so row ``r`` need not be on line ``r + 1``.
     """
+    allow_fields(max_field)
     text = read_text(path)
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=sniff_text_delimiter(text))
     try:
@@ -47,15 +78,22 @@ def _records(path: Path) -> tuple[list[str], Iterator[tuple[int, int, list[str]]
     if not any(h.strip() for h in header):
         raise MoleculeError(f"{path}:1: expected a CSV header line, got a blank line")
 
-    def rows() -> Iterator[tuple[int, int, list[str]]]:
+    def rows() -> Iterator[tuple[int, int, list[str] | None]]:
         start = reader.line_num + 1  # line_num: the last line read, where a record ends
-        try:
-            for row_number, record in enumerate(reader, start=1):
-                if record and any(x.strip() for x in record):  # a blank line holds no data
-                    yield row_number, start, record
-                start = reader.line_num + 1
-        except csv.Error as exc:
-            raise FormatError(f"{path}:{reader.line_num}: malformed CSV: {exc}") from None
+        row_number = 0
+        while True:
+            row_number += 1
+            try:
+                record: list[str] | None = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                if "field larger than field limit" not in str(exc):
+                    raise FormatError(f"{path}:{reader.line_num}: malformed CSV: {exc}") from None
+                record = None  # the reader goes on at the next line
+            if record is None or any(x.strip() for x in record):  # a blank line holds no data
+                yield row_number, start, record
+            start = reader.line_num + 1
 
     return [h.strip() for h in header], rows()
 
@@ -97,13 +135,26 @@ def _target_value(path: Path, line: int, row: int, name: str, text: str) -> floa
 
 
 def read_molecule_rows(
-    path: Path, smiles_column: str, target_columns: Sequence[str]
-) -> tuple[list[int], list[str], np.ndarray, np.ndarray]:
-    """Return data rows, SMILES, targets and mask from a CSV; errors name file, row and column."""
-    header, records = _records(path)
+    path: Path,
+    smiles_column: str,
+    target_columns: Sequence[str],
+    max_smiles_chars: int = MAX_SMILES_CHARS,
+) -> tuple[list[int], list[str], np.ndarray, np.ndarray, set[int]]:
+    """Return data rows, SMILES, targets, mask and the rows too long to read (a field over
+    ``max_smiles_chars``: their SMILES is empty, their targets missing) from a CSV; errors name
+    file, row and column."""
+    header, records = _records(path, max_smiles_chars)
     s_col, *t_cols = _column_indices(path, header, (smiles_column, *target_columns))
     rows, smiles, values, mask = [], [], [], []
+    too_long: set[int] = set()
     for row_number, line, record in records:
+        if record is None:
+            too_long.add(row_number)
+            rows.append(row_number)
+            smiles.append("")
+            values.append([0.0] * len(target_columns))
+            mask.append([False] * len(target_columns))
+            continue
         if len(record) != len(header):
             raise MoleculeError(
                 f"{path}:{line}: row {row_number}: expected {len(header)} fields, got {len(record)}"
@@ -127,7 +178,7 @@ def read_molecule_rows(
             f"{path}: target column(s) {empty} hold no value in any of the {len(rows)} rows; "
             "expected numbers (empty fields are missing values)"
         )
-    return rows, smiles, targets, target_mask
+    return rows, smiles, targets, target_mask, too_long
 
 
 def read_csv_column(path: str | os.PathLike[str], column: str) -> dict[int, str]:
@@ -138,6 +189,8 @@ def read_csv_column(path: str | os.PathLike[str], column: str) -> dict[int, str]
     (col,) = _column_indices(path, header, (column,))
     out = {}
     for row_number, line, record in records:
+        if record is None:
+            continue  # too long to read: an invalid row, which no split keeps
         if len(record) != len(header):
             raise MoleculeError(
                 f"{path}:{line}: row {row_number}: expected {len(header)} fields, got {len(record)}"

@@ -19,6 +19,7 @@ featuriser version, RDKit version, options), written atomically, so a second loa
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
@@ -35,7 +36,12 @@ from tqdm import tqdm
 from foldexp.data import featurize
 from foldexp.data.errors import DatasetNotFoundError, DataWarning, MoleculeError
 from foldexp.data.molecule_cache import cache_path, read_cache, write_cache
-from foldexp.data.molecule_csv import read_molecule_rows, record_lines
+from foldexp.data.molecule_csv import (
+    MAX_ATOMS,
+    MAX_SMILES_CHARS,
+    read_molecule_rows,
+    record_lines,
+)
 from foldexp.data.paths import resolve_data_dir
 
 __all__ = [
@@ -59,7 +65,7 @@ FREESOLV_FILE = "molecules/freesolv.csv"
 FREESOLV_TARGET = "expt"
 
 # Part of the cache key: a cache written before the reader refused a file is not trusted.
-_READER_VERSION = 2
+_READER_VERSION = 3  # 3: size limits (a row past one is stored as "<why>")
 #: File name → the dataset ``foldexp data fetch`` gets it as (for "not found" messages).
 FETCHABLE = {"delaney-processed.csv": "esol", "freesolv.csv": "freesolv"}
 _SHOW_INVALID = 5  # rows named in an invalid-SMILES message
@@ -101,7 +107,8 @@ class MoleculeDataset(Sequence[MoleculeGraph]):
         source: The CSV file.
         rows: 1-based data row of each molecule in the CSV: its line - 1 unless a quoted field
             before it spans lines (``molecule_csv.record_lines`` gives the line).
-        skipped: ``(row, smiles)`` of rows left out as invalid (``on_invalid="skip"``).
+        skipped: ``(row, smiles)`` of rows left out as invalid (``on_invalid="skip"``);
+            ``(row, "<why>")`` for a row past a size limit (``max_atoms``, ``max_smiles_chars``).
     """
 
     graphs: list[MoleculeGraph]
@@ -173,11 +180,16 @@ class MoleculeDataset(Sequence[MoleculeGraph]):
 
 
 def _describe_invalid(path: Path, invalid: list[tuple[int, str]]) -> str:
+    """``invalid``: ``(row, SMILES)``, or ``(row, "<why>")`` for a row past a size limit."""
     named = invalid[:_SHOW_INVALID]
     lines = record_lines(path, (row for row, _ in named))
-    shown = "; ".join(f"row {row} (line {lines[row]}): {s!r}" for row, s in named)
+    shown = "; ".join(
+        f"row {row} (line {lines[row]}): "
+        + (s[1:-1] if s.startswith("<") else featurize.shown_smiles(s))
+        for row, s in named
+    )
     more = f"; and {len(invalid) - _SHOW_INVALID} more" if len(invalid) > _SHOW_INVALID else ""
-    why = "RDKit could not parse them, or they hold spaces"
+    why = "RDKit could not parse them, they hold spaces, or they pass a size limit"
     return f"{path}: {len(invalid)} invalid SMILES ({why}): {shown}{more}"
 
 
@@ -193,7 +205,7 @@ def check_molecule_csv(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    rows, _, _, _ = read_molecule_rows(path, smiles_column, tuple(target_columns))
+    rows, *_ = read_molecule_rows(path, smiles_column, tuple(target_columns))
     return len(rows)
 
 
@@ -205,6 +217,8 @@ def load_molecule_csv(
     on_invalid: OnInvalid = "raise",
     cache_dir: str | os.PathLike[str] | None = None,
     progress: bool | None = None,
+    max_atoms: int = MAX_ATOMS,
+    max_smiles_chars: int = MAX_SMILES_CHARS,
 ) -> MoleculeDataset:
     """Load and featurise a CSV of molecules.
 
@@ -216,6 +230,8 @@ def load_molecule_csv(
             or ``"skip"`` them with a :class:`DataWarning`.
         cache_dir: Directory for the featurisation cache; ``None`` disables caching.
         progress: Show a progress bar while featurising; default: when stderr is a terminal.
+        max_atoms: A molecule of more atoms is an invalid row (``on_invalid``).
+        max_smiles_chars: So is a SMILES (or any field of its record) of more characters.
 
     Returns:
         The featurised dataset.
@@ -241,16 +257,21 @@ def load_molecule_csv(
         "smiles_column": smiles_column,
         "target_columns": list(targets_tuple),
         "on_invalid": on_invalid,
+        "max_atoms": max_atoms,
+        "max_smiles_chars": max_smiles_chars,
     }
     cache_file = (
         None if cache_dir is None else cache_path(Path(cache_dir), path, _cache_key(path, options))
     )
     if cache_file is not None and (cached := _read_cached(cache_file)) is not None:
         return _finish(path, targets_tuple, *cached)
-    rows, smiles, targets, mask = read_molecule_rows(path, smiles_column, targets_tuple)
+    rows, smiles, targets, mask, too_long = read_molecule_rows(
+        path, smiles_column, targets_tuple, max_smiles_chars
+    )
     show = sys.stderr.isatty() if progress is None else progress
+    limits = (max_atoms, max_smiles_chars)
     graphs, kept_rows, kept_index, invalid = _featurize_rows(
-        path, rows, smiles, targets, mask, show
+        path, rows, (smiles, targets, mask), too_long, limits, show
     )
     if invalid and on_invalid == "raise":
         raise MoleculeError(
@@ -296,13 +317,17 @@ def _read_cached(
 def _featurize_rows(
     path: Path,
     rows: list[int],
-    smiles: list[str],
-    targets: np.ndarray,
-    mask: np.ndarray,
+    columns: tuple[list[str], np.ndarray, np.ndarray],
+    too_long: set[int],
+    limits: tuple[int, int],
     progress: bool,
 ) -> tuple[list[MoleculeGraph], list[int], list[int], list[tuple[int, str]]]:
-    """RDKit over every row: the graphs, their row numbers and positions, and the rows whose
-    SMILES RDKit could not parse (``(row, smiles)``)."""
+    """RDKit over every row (``columns``: SMILES, targets, mask): the graphs, their row numbers
+    and positions, and the invalid rows: ``(row, smiles)`` where RDKit could not read it, or
+    ``(row, "<why>")`` (no SMILES starts with ``<``) for one past ``limits`` (``max_atoms``,
+    ``max_smiles_chars``) or a record ``too_long`` for the CSV reader."""
+    smiles, targets, mask = columns
+    max_atoms, max_chars = limits
     graphs: list[MoleculeGraph] = []
     kept_rows: list[int] = []
     kept_index: list[int] = []
@@ -312,9 +337,19 @@ def _featurize_rows(
         items, total=len(rows), desc=f"featurising {path.name}", unit="mol", disable=not progress
     )
     for i, (row, s, t, m) in bar:
-        mol = featurize.parse_smiles(s)
+        if row in too_long:
+            invalid.append(
+                (
+                    row,
+                    f"<a field longer than the CSV reader's limit of {csv.field_size_limit():,} "
+                    "characters (dataset.max_smiles_chars raises it)>",
+                )
+            )
+            continue
+        mol, why = featurize.read_smiles(s, max_atoms, max_chars)
         if mol is None:
-            invalid.append((row, s))
+            parsed = why.startswith(("invalid", "empty"))  # RDKit's failure: keep the SMILES
+            invalid.append((row, s if parsed else f"<{why}>"))
             continue
         atoms, pairs = featurize.featurize_mol(mol)
         graphs.append(MoleculeGraph(s, atoms, pairs, t, m))

@@ -13,21 +13,27 @@ Both failures are a :class:`~foldexp.data.errors.TextFileError` (a ``FormatError
 another file (``fetch`` names the user's file, not its staged copy).
 
 :func:`read_text` gives a whole file, :func:`decode_text` the same for bytes already read
-(standard input), and :func:`iter_lines` streams a large file (word vectors) line by line,
-with the same checks, without holding it in memory.
+(standard input), :func:`iter_lines` streams a large file (word vectors) line by line,
+with the same checks, without holding it in memory, and :func:`bounded_lines` streams any
+stream (``foldexp predict``'s file or standard input) in lines of at most a given size: a longer
+line is skipped and reported as too long, so one enormous line costs its own row only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import os
+import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 from foldexp.data.errors import TextFileError
 
-__all__ = ["GZIP_MAGIC", "decode_text", "iter_lines", "read_text"]
+__all__ = ["GZIP_MAGIC", "bounded_lines", "decode_text", "iter_lines", "open_binary", "read_text"]
 
 GZIP_MAGIC = b"\x1f\x8b"
 _BOM = b"\xef\xbb\xbf"
@@ -85,6 +91,72 @@ def iter_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
                 yield number, text.removesuffix("\n").removesuffix("\r")
         except _GZIP_ERRORS as exc:  # raised by the gzip stream alone
             raise _damaged(path, exc) from None
+
+
+@contextlib.contextmanager
+def open_binary(source: str | os.PathLike[str] | IO[bytes]) -> Iterator[IO[bytes]]:
+    """``source`` (a path, or a binary stream such as standard input's, which is left open) as
+    a binary stream, gunzipped as it is read when it starts with gzip's magic bytes."""
+    with contextlib.ExitStack() as stack:
+        if isinstance(source, (str, os.PathLike)):
+            raw: IO[bytes] = stack.enter_context(open(source, "rb"))
+        else:
+            raw = source
+        buffered: Any = raw if hasattr(raw, "peek") else io.BufferedReader(raw)  # type: ignore[arg-type]
+        if buffered.peek(2)[:2] == GZIP_MAGIC:
+            yield stack.enter_context(gzip.GzipFile(fileobj=buffered, mode="rb"))
+        else:
+            yield buffered
+
+
+# A line ends at \r\n, \r or \n (as ``open(newline="")`` reads it), not at a form feed or U+2028.
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+
+
+def bounded_lines(
+    stream: IO[bytes] | IO[str], source: str | os.PathLike[str], limit: int
+) -> Iterator[tuple[int, str | None]]:
+    """``(line number, line)`` of every line of ``stream`` (with its line break, as
+    ``open(newline="")`` gives it), read as :func:`read_text` reads a file (UTF-8, a leading
+    byte-order mark dropped; a text stream is taken as decoded) but never more than ``limit``
+    bytes (characters, for a text stream) at a time: a longer line is skipped to its end and
+    given as ``(line number, None)``. Memory stays bounded by ``limit`` whatever the input.
+
+    Raises:
+        TextFileError: a byte that is not UTF-8 (``source:line:column``) or a damaged gzip
+            stream, when it is reached.
+    """
+    number = 0
+    try:
+        first = True
+        while piece := stream.readline(limit + 1):
+            end: Any = b"\n" if isinstance(piece, bytes) else "\n"
+            if len(piece) > limit and not piece.endswith(end):
+                while (rest := stream.readline(limit)) and not rest.endswith(end):
+                    pass  # the rest of the line, read a piece at a time and dropped
+                number += 1
+                first = False
+                yield number, None
+                continue
+            if isinstance(piece, bytes):
+                if first:
+                    piece = piece.removeprefix(_BOM)
+                try:
+                    text = piece.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    within = piece.rfind(b"\r", 0, exc.start) + 1  # a line may end at \r alone
+                    line = number + 1 + piece.count(b"\r", 0, within)
+                    raise _not_utf8(
+                        source, line, piece[within : exc.start], piece[exc.start]
+                    ) from None
+            else:
+                text = piece.removeprefix("\ufeff") if first else piece
+            first = False
+            for line in _LINE.findall(text):
+                number += 1
+                yield number, line
+    except _GZIP_ERRORS as exc:
+        raise _damaged(source, exc) from None
 
 
 def _damaged(source: str | os.PathLike[str], exc: BaseException) -> TextFileError:

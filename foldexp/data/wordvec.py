@@ -107,29 +107,29 @@ def read_word_vectors(
                 continue
             dim = len(parts) - 1
             if dim < 1:
-                raise FormatError(f"{path}:{number}: expected 'word v1 ... vd', got {line[:40]!r}")
+                raise FormatError(_not_vectors(path, number, len(parts)))
         if len(parts) != dim + 1:
             raise FormatError(
-                f"{path}:{number}: expected a word and {dim} values, got {len(parts) - 1} "
-                f"values (word {parts[0]!r})"
+                f"{path}:{number}: expected a word and {dim} values, got {len(parts) - 1} values"
             )
         word = parts[0]
         # Every spelling of NaN and infinity holds an "n", no finite number does: a cheap test
         # that covers the lines never converted, too.
         rest = line.partition(" ")[2]
         if "n" in rest or "N" in rest:
-            _refuse_non_finite(path, number, word, parts[1:])
+            _refuse_non_finite(path, number, parts[1:])
         if (words is None or word in words) and word not in vectors:
             try:
                 with np.errstate(over="ignore"):  # an overflow is refused just below, by line
                     vector = np.array(parts[1:], dtype=np.float32)
             except ValueError:
-                bad = next(p for p in parts[1:] if _as_float(p) is None)
+                bad = next(k for k, p in enumerate(parts[1:], 1) if _as_float(p) is None)
                 raise FormatError(
-                    f"{path}:{number}: expected {dim} numbers after {word!r}, got {bad!r}"
+                    f"{path}:{number}: expected {dim} numbers after the word, but value "
+                    f"{bad} is not a number"
                 ) from None
             if not np.isfinite(vector).all():  # "1e999", or a value beyond float32's range
-                _refuse_non_finite(path, number, word, parts[1:], vector)
+                _refuse_non_finite(path, number, parts[1:], vector)
             vectors[word] = vector
     if dim is None:
         raise FormatError(f"{path}: expected GloVe vectors ('word v1 ... vd'), got an empty file")
@@ -156,9 +156,19 @@ def word_vector_width(path: str | os.PathLike[str]) -> int:
         if width is None:
             width = len(parts) - 1
         if width < 1:
-            raise FormatError(f"{path}:{number}: expected 'word v1 ... vd', got {line[:40]!r}")
+            raise FormatError(_not_vectors(path, number, len(parts)))
         return width
     raise FormatError(f"{path}: expected GloVe vectors ('word v1 ... vd'), got an empty file")
+
+
+def _not_vectors(path: Path, number: int, fields: int) -> str:
+    """The error for a line that is not ``word v1 ... vd``. Like every message about a data
+    file, it names the place and the shape, never the text: the file may be anything
+    (``dataset.word_vectors=/etc/passwd``), and an error ends up in logs."""
+    return (
+        f"{path}:{number}: expected GloVe vectors ('word v1 ... vd': a word, then numbers, "
+        f"separated by spaces), got a line of {fields} space-separated field(s)"
+    )
 
 
 def _header_width(parts: list[str]) -> int | None:
@@ -169,15 +179,15 @@ def _header_width(parts: list[str]) -> int | None:
 
 
 def _refuse_non_finite(
-    path: Path, number: int, word: str, values: list[str], vector: np.ndarray | None = None
+    path: Path, number: int, values: list[str], vector: np.ndarray | None = None
 ) -> None:
     """Raise naming the first value of the line that is NaN or infinite (if there is one)."""
     for i, text in enumerate(values):
         value = float(vector[i]) if vector is not None else _as_float(text)
         if value is not None and not np.isfinite(value):
             raise FormatError(
-                f"{path}:{number}: expected {len(values)} finite numbers after {word!r}, got "
-                f"{text!r} (value {i + 1})"
+                f"{path}:{number}: expected {len(values)} finite numbers after the word, but "
+                f"value {i + 1} is not finite (NaN or infinite, or beyond float32's range)"
             )
 
 

@@ -30,7 +30,12 @@ import numpy as np
 
 from foldexp.config import enum_value
 from foldexp.data.errors import FormatError, MoleculeError
-from foldexp.data.molecule_csv import read_csv_column, record_lines
+from foldexp.data.molecule_csv import (
+    MAX_ATOMS,
+    MAX_SMILES_CHARS,
+    read_csv_column,
+    record_lines,
+)
 from foldexp.data.molecules import (
     FETCHABLE,
     MoleculeDataset,
@@ -99,7 +104,12 @@ def _check_keys(
 
 
 def _load(
-    path: Path, smiles_column: str, targets: list[str], on_invalid: str, cache_dir: str | None
+    path: Path,
+    smiles_column: str,
+    targets: list[str],
+    on_invalid: str,
+    cache_dir: str | None,
+    limits: tuple[int, int],
 ) -> MoleculeDataset:
     if not path.is_file():
         if path.name in FETCHABLE:
@@ -112,6 +122,8 @@ def _load(
         on_invalid="raise" if on_invalid == "error" else "skip",
         cache_dir=cache_dir,
         progress=False,
+        max_atoms=limits[0],
+        max_smiles_chars=limits[1],
     )
 
 
@@ -227,6 +239,8 @@ def molecules_csv(
     balance: bool = False,
     name: str = "molecules_csv",
     trained: Mapping[str, Any] | None = None,
+    max_atoms: int = MAX_ATOMS,
+    max_smiles_chars: int = MAX_SMILES_CHARS,
 ) -> DataBundle:
     """A molecule CSV featurised into graphs and split (the ``dataset.*`` keys, see the module
     docstring and ``foldexp.config.MoleculeDataConfig``).
@@ -250,7 +264,8 @@ def molecules_csv(
     if split == "column":
         columns["dataset.split_column"] = str(split_column)
     try:
-        dataset = _load(Path(path), smiles_column, targets, on_invalid, cache_dir)
+        limits = (int(max_atoms), int(max_smiles_chars))
+        dataset = _load(Path(path), smiles_column, targets, on_invalid, cache_dir, limits)
         graphs = list(dataset)[:limit] if limit else list(dataset)
         if task == "classification":
             _check_binary(dataset, len(graphs))
@@ -290,23 +305,19 @@ def molecules_csv(
     )
 
 
-def molecule_inputs(values: list[str]) -> list[tuple[MoleculeGraph | None, str | None]]:
+def molecule_inputs(
+    values: list[str], max_atoms: int = MAX_ATOMS, max_smiles_chars: int = MAX_SMILES_CHARS
+) -> list[tuple[MoleculeGraph | None, str | None]]:
     """SMILES → ``(graph, None)`` with every target missing, or ``(None, why)`` for a SMILES
-    RDKit cannot read (or an empty one): one bad input never fails the others."""
+    RDKit cannot read, an empty one, or one past the run's size limits (``dataset.max_atoms``,
+    ``dataset.max_smiles_chars``): one bad input never fails the others."""
     from foldexp.data import featurize  # lazy: RDKit
 
     out: list[tuple[MoleculeGraph | None, str | None]] = []
     for value in values:
         smiles = value.strip()
-        mol = featurize.parse_smiles(smiles) if smiles else None
+        mol, why = featurize.read_smiles(smiles, max_atoms, max_smiles_chars)
         if mol is None:
-            why = (
-                "empty SMILES"
-                if not smiles
-                else f"invalid SMILES {smiles!r} (a SMILES holds no spaces)"
-                if any(ch.isspace() for ch in smiles)
-                else f"invalid SMILES {smiles!r} (RDKit cannot parse it)"
-            )
             out.append((None, why))
             continue
         atoms, pairs = featurize.featurize_mol(mol)

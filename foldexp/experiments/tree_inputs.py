@@ -63,7 +63,11 @@ def _split_phrases(tree: Tree) -> Tree:
 
 
 def tree_inputs(
-    lines: list[str], *, collapse_unary: bool = False, source: str = "<input>"
+    lines: list[str],
+    *,
+    collapse_unary: bool = False,
+    source: str = "<input>",
+    numbers: Sequence[int] | None = None,
 ) -> list[tuple[Tree | None, str | None]]:
     """Each line as ``(tree, None)``, or ``(None, why)`` when it cannot be one; never raises.
 
@@ -72,11 +76,12 @@ def tree_inputs(
     not integers (``(S (NP the cat) (VP sat))``) every label becomes -1 and a leaf of several
     words becomes a right-branching subtree of them; integer-labelled trees are read as the
     training files are (an SST leaf such as ``(2 8 1/2)`` is one word). ``collapse_unary``: as
-    ``dataset.collapse_unary`` of the run. ``source`` names the lines' file in parse errors
-    (line ``k`` of ``lines`` is its line ``k``).
+    ``dataset.collapse_unary`` of the run. ``source`` names the lines' file in parse errors,
+    ``numbers`` their line numbers in it (by default, line ``k`` of ``lines`` is its line ``k``;
+    ``foldexp predict`` reads a file a chunk at a time).
     """
     out: list[tuple[Tree | None, str | None]] = []
-    for number, line in enumerate(lines, start=1):
+    for number, line in zip(numbers or range(1, len(lines) + 1), lines, strict=True):
         text = line.strip(WHITESPACE)
         try:
             if not text:

@@ -44,6 +44,7 @@ from typing import Any
 
 import pandas as pd
 
+from foldexp.data.cells import spreadsheet_frame
 from foldexp.data.jsonfile import read_json
 from foldexp.train.write_errors import WriteFailedError, write_failed
 
@@ -322,7 +323,9 @@ def write_json(path: str | os.PathLike[str], data: Any, checksum: bool = True) -
 def write_metrics_csv(path: str | os.PathLike[str], rows: list[dict[str, Any]]) -> Path:
     """One row per epoch, columns in first-seen order (with a ``.sha256`` sidecar)."""
     return atomic_write(
-        path, lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False), checksum=True
+        path,
+        lambda tmp: spreadsheet_frame(pd.DataFrame(rows)).to_csv(tmp, index=False),
+        checksum=True,
     )
 
 

@@ -22,6 +22,8 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
+from foldexp.data.cells import spreadsheet_frame
+
 __all__ = [
     "STRATEGIES",
     "RankLedger",
@@ -202,7 +204,9 @@ class RankLedger:
             self.epoch_rows.extend(rows)
             if rows:
                 new = not self.csv_path.exists()
-                pd.DataFrame(rows).to_csv(self.csv_path, mode="a", header=new, index=False)
+                spreadsheet_frame(pd.DataFrame(rows)).to_csv(
+                    self.csv_path, mode="a", header=new, index=False
+                )
 
     def end_epoch(self) -> dict[str, float]:
         """Rank 0: logs each rank's mean step and returns the epoch's imbalance figures."""

@@ -40,3 +40,17 @@ def run(finished: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "run"
     shutil.copytree(finished, copy)
     return copy
+
+
+@pytest.fixture(scope="session")
+def text_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A trained ``text_csv`` run of two classes (pos, neg), for tests that predict text."""
+    root = tmp_path_factory.mktemp("text_classifier")
+    rows = [("a good film", "pos"), ("great fun", "pos"), ("a dull film", "neg"), ("awful", "neg")]
+    data = root / "train.csv"
+    data.write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows * 4))
+    overrides = ["experiment=text_csv", f"dataset.path={data}", "trainer.epochs=1",
+                 "trainer.batch_size=4", "trainer.progress=false", "trainer.plots=false",
+                 "model.hidden_size=6", "model.embed_size=5"]  # fmt: skip
+    run_train(compose_config(overrides, root / "run"))
+    return root / "run"

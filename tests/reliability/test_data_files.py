@@ -40,17 +40,14 @@ TREES = {
 # ------------------------------------------------------------------ word vectors
 
 
-@pytest.mark.parametrize(
-    ("value", "shown"),
-    [("nan", "'nan'"), ("NaN", "'NaN'"), ("-Infinity", "'-Infinity'"), ("inf", "'inf'")],
-)
+@pytest.mark.parametrize("value", ["nan", "NaN", "-Infinity", "inf"])
 @pytest.mark.parametrize("wanted", [None, {"a"}])  # the bad row converted, or only scanned
 def test_a_non_finite_vector_is_refused_naming_file_and_line(
-    tmp_path: Path, value: str, shown: str, wanted: set[str] | None
+    tmp_path: Path, value: str, wanted: set[str] | None
 ) -> None:
     path = tmp_path / "vec.txt"
     path.write_text(f"a 1 2 3\n\nb 1 {value} 3\n", encoding="utf-8")
-    expected = rf"vec\.txt:3: expected 3 finite numbers after 'b', got {shown} \(value 2\)"
+    expected = r"vec\.txt:3: expected 3 finite numbers after the word, but value 2 is not finite"
     with pytest.raises(FormatError, match=expected):
         read_word_vectors(path, wanted)
 
@@ -59,7 +56,7 @@ def test_a_value_beyond_float32_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "vec.txt.gz"
     with gzip.open(path, "wt", encoding="utf-8") as f:
         f.write("a 1 2 3\nb 1 2 1e39\n")
-    with pytest.raises(FormatError, match=r"vec\.txt\.gz:2: .* got '1e39' \(value 3\)"):
+    with pytest.raises(FormatError, match=r"vec\.txt\.gz:2: .* value 3 is not finite"):
         align_word_vectors(path, Vocabulary.from_tokens(["a", "b"]))
 
 

@@ -65,6 +65,6 @@ def test_predict_reproduces_the_runs_test_scores(esol_run, tmp_path: Path) -> No
 
 def test_eval_reproduces_the_runs_test_scores(esol_run, tmp_path: Path) -> None:
     run, results, _ = esol_run
-    scored = run_eval(run, out=tmp_path / "eval.json")
+    scored = run_eval(run, out=tmp_path / "eval.json", run_paths=True)
     assert math.isclose(scored["test_rmse"], results["test_rmse"], rel_tol=1e-6)
     assert math.isclose(scored["test_loss"], results["test_loss"], rel_tol=1e-6)

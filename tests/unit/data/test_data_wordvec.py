@@ -67,7 +67,10 @@ def test_malformed_line_names_file_and_line(tmp_path):
     with pytest.raises(FormatError, match=r"broken\.txt:2: expected a word and 3 values, got 2"):
         read_word_vectors(path)
     path.write_text("a 1 2 3\nb 1 x 3\n", encoding="utf-8")
-    with pytest.raises(FormatError, match=r"broken\.txt:2: expected 3 numbers after 'b', got 'x'"):
+    with pytest.raises(
+        FormatError,
+        match=r"broken\.txt:2: expected 3 numbers after the word, but value 2 is not a number",
+    ):
         read_word_vectors(path)
     path.write_text("", encoding="utf-8")
     with pytest.raises(FormatError, match="empty file"):

@@ -186,8 +186,10 @@ def test_a_relative_data_path_is_saved_absolute(
     run_train(compose_config(overrides, out))
     saved = json.loads((out / "run_info.json").read_text())["config"]["dataset"]
     assert saved["path"] == str(tmp_path / "here" / "train.csv")
-    monkeypatch.chdir(tmp_path)  # eval from another folder reads the same file
-    assert run_eval(out, [], split="test")["test_rmse"] > 0
+    monkeypatch.chdir(tmp_path)  # eval from another folder reads the same file ...
+    with pytest.raises(ConfigError, match=r"dataset\.path='.*here/train\.csv' names a file"):
+        run_eval(out, [], split="test")  # ... only when told to: a run folder names no files
+    assert run_eval(out, [], split="test", run_paths=True)["test_rmse"] > 0
 
 
 def test_a_target_named_error_keeps_its_column(tmp_path: Path) -> None:
