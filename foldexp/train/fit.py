@@ -23,7 +23,6 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from foldexp.governor import ThreadGovernor
 from foldexp.train import distributed as dd
 from foldexp.train.artifacts import plot_curves, restorable, write_metrics_csv
 from foldexp.train.checkpoint import save_run
@@ -81,7 +80,6 @@ class TrainingRun:
     loaders: RunLoaders
     run_log: RunLoggers
     title: str  # the plots' title
-    governor: ThreadGovernor | None = None  # intra-op threads following the load, if chosen
     lr_schedule: LRScheduler | None = None  # the learning rate per step (trainer.lr_schedule)
 
     @property
@@ -179,12 +177,6 @@ def _step(
         bar.set_postfix(loss=f"{loss_value:.4f}")
     run.run_log.step(progress["step"], loss_value)
     ticker.update(progress["batch"], loss_value)
-    if run.governor is not None and run.governor.tick() is not None:
-        log.info(
-            "other processes %s the cores: %d intra-op thread(s)",
-            "hold" if run.governor.current == 1 else "left",
-            run.governor.current,
-        )
     if tc.checkpoint_every and progress["step"] % tc.checkpoint_every == 0:
         run.book.sync(progress)
         run.checkpoint(run.last)
