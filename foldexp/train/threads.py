@@ -98,10 +98,16 @@ def _run_count(out_dir: Path) -> int | None:
 
 def _chosen(cfg: DictConfig, ctx: dd.DistContext, model: torch.nn.Module, train: Any) -> int:
     requested = cfg.device.threads
-    if requested is not None:
-        return requested or torch.get_num_threads()  # 0: torch's own default, as it stands
     share = cpu_share(available_cpus(), _local_processes(ctx), cfg.trainer.num_workers)
-    return threads_for(share, step_work(model, train, cfg.trainer.batch_size))
+    if requested is None:
+        return threads_for(share, step_work(model, train, cfg.trainer.batch_size))
+    if requested > share:
+        log.warning(
+            "device.threads=%d exceeds this process's share of the CPUs it may use (%d, after "
+            "the other processes of this command and its DataLoader workers)",
+            *(requested, share),
+        )
+    return requested or torch.get_num_threads()  # 0: torch's own default, as it stands
 
 
 def run_threads(
