@@ -1,5 +1,6 @@
 """``import foldexp`` shortens torch's OpenMP spin-wait, or on a busy machine makes it sleep
-(``foldexp/startup.py``); how many threads run never depends on it (``tests/unit/test_cpus.py``)."""
+(``foldexp/startup.py``); how many threads run never depends on it
+(``tests/unit/train/test_threads.py``)."""
 
 from __future__ import annotations
 
