@@ -56,12 +56,11 @@ def _machine() -> str:
 
 def setup_env(device: str, threads: int | None) -> Env:
     """Sets the thread count (``None``: every CPU this process may use, ``foldexp/cpus.py``, as
-    a bench's steps are sized for the machine; 0: torch's) and checks the device; ``cuda``
-    without a GPU fails here, clearly."""
+    a bench's steps are sized for the machine) and checks the device; ``cuda`` without a GPU
+    fails here, clearly."""
     if threads is None:
         threads = threads_for(available_cpus(), None)
-    if threads > 0:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":

@@ -159,8 +159,7 @@ def _configure_process(device_cfg: DictConfig) -> None:
         log.info("device.flush_denormal: this CPU has no flush-to-zero mode")
     if device_cfg.keep_memory and not keep_freed_memory():
         log.info("device.keep_memory: not glibc, freed memory is managed as usual")
-    if device_cfg.threads != 0:  # 0: torch's own default, left as it is
-        torch.set_num_threads(1)
+    torch.set_num_threads(1)
 
 
 def _set_threads(

@@ -4,7 +4,7 @@ The count decides how torch splits each op's float sums, so it is part of what a
 same config, seed and count give the same ``metrics.csv``, ``results.json`` and checkpoints
 whatever else runs on the machine. Hence:
 
-- ``device.threads=N`` is taken as it is (0: torch's own default);
+- ``device.threads=N`` is taken as it is;
 - left ``null``, the count follows ``foldexp/cpus.py``'s rule: this process's share of the CPUs
   it may use (after the DDP ranks on this machine and a sweep's parallel jobs, and its own
   DataLoader workers), at most one thread per ``WORK_PER_THREAD`` multiply-adds of a step
@@ -107,7 +107,7 @@ def _chosen(cfg: DictConfig, ctx: dd.DistContext, model: torch.nn.Module, train:
             "the other processes of this command and its DataLoader workers)",
             *(requested, share),
         )
-    return requested or torch.get_num_threads()  # 0: torch's own default, as it stands
+    return requested
 
 
 def run_threads(
