@@ -13,7 +13,8 @@ trees of 64 leaves, hidden 128, forward + loss + backward) in its own process. E
 each setting ``--steps`` steps quiet, then starts ``--load`` busy-loop processes beside them,
 times each setting again, and stops the busy loops; the settings' order rotates per round, so
 all of them see the same machine. The setting ``foldexp`` takes foldexp's own defaults (its
-threads and OpenMP wait, chosen when it starts: ``foldexp/startup.py``); with ``--start-loaded``
+thread rule, ``foldexp/cpus.py``, and the OpenMP wait chosen when it starts,
+``foldexp/startup.py``); with ``--start-loaded``
 the busy loops start first and the workers only once the load average has reached the core
 count, as for a user who starts a run on a machine that is busy already. Prints per setting
 the median step (min-max) quiet and loaded, the slowdown (median loaded / median quiet) and the
@@ -45,7 +46,7 @@ DEFAULT_SETTINGS = [
     "2:GOMP_SPINCOUNT=10000",  # a short spin, then sleep
     "2:KMP_BLOCKTIME=0",  # Intel OpenMP's knob: libgomp ignores it (a control)
     "1",  # no second thread to wait for
-    "foldexp",  # foldexp's defaults, chosen by how busy the machine is when it starts
+    "foldexp",  # foldexp's defaults: its thread rule, the wait chosen by the load at start
 ]
 
 

@@ -337,11 +337,14 @@ def main(argv: list[str] | None = None) -> int:
     if cmd not in handlers:
         print(f"foldexp: unknown command {cmd!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    if cmd in ("train", "bench"):  # Hydra apps report their own errors
-        return handlers[cmd](rest)
-    from foldexp.train.app import report_errors
+    from foldexp.logs import command_logging
 
-    return report_errors(cmd, lambda: handlers[cmd](rest))
+    with command_logging():  # no handler a command sets up outlives it (foldexp/logs.py)
+        if cmd in ("train", "bench"):  # Hydra apps report their own errors
+            return handlers[cmd](rest)
+        from foldexp.train.app import report_errors
+
+        return report_errors(cmd, lambda: handlers[cmd](rest))
 
 
 if __name__ == "__main__":

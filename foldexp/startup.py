@@ -1,7 +1,8 @@
-"""What foldexp decides when it is imported: how torch's CPU threads wait, and how many to run.
+"""What foldexp decides when it is imported: how torch's idle CPU threads wait.
 
 Imported by ``foldexp/__init__.py`` before torch, and free of torch itself, because OpenMP reads
-its settings once, when torch loads it.
+its settings once, when torch loads it. How *many* threads run is ``foldexp/cpus.py``'s rule,
+which never reads the load: the count decides the order of float sums, and so the results.
 
 Why. torch's OpenMP threads (GNU libgomp in the CPU wheels) end every parallel region in a
 barrier, where a thread that arrives first spins 300,000 turns before it sleeps. When other
@@ -12,15 +13,12 @@ needs: beside 4 busy processes on 2 cores, a 2-thread Tree-LSTM step took 8.7x i
 - on a quiet machine, a short spin (``GOMP_SPINCOUNT=10000``): 2% slower when quiet than the
   default spin, half its slowdown under load;
 - on a machine already busy when foldexp starts (1-minute load average at least the number of
-  cores), threads sleep at once (``OMP_WAIT_POLICY=PASSIVE``) and a run takes **one** intra-op
-  thread (``default_threads``): each of the 2 threads would get a third of a core and wait for
-  the other at every op, while one thread gets its share and waits for nobody. Measured beside
-  4 busy processes: 2 threads passive 3.1x their quiet step, 1 thread 2.2x its own and faster
-  in absolute terms too (781 against 989 ms).
+  cores), threads sleep at once (``OMP_WAIT_POLICY=PASSIVE``): 2 threads beside 4 busy
+  processes took 3.1x their quiet step passive, against 5.5x with the short spin.
 
-``device.threads`` (an explicit count) overrides the choice of threads; ``OMP_WAIT_POLICY`` or
-``GOMP_SPINCOUNT`` in the environment override the wait. Load that comes or goes during a run is
-``foldexp/governor.py``'s concern.
+A wait policy changes when an idle thread sleeps, never which thread adds what: the same thread
+count gives the same numbers under either. ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` in the
+environment override the choice.
 """
 
 from __future__ import annotations
@@ -28,10 +26,9 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["BUSY_AT_START", "machine_busy", "configure_openmp", "default_threads"]
+__all__ = ["BUSY_AT_START", "machine_busy", "configure_openmp"]
 
 _OPENMP_WAIT = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
-QUIET_THREADS = 2  # intra-op threads on a quiet machine (this project's 2-core machines)
 
 
 def machine_busy() -> bool:
@@ -53,14 +50,3 @@ def configure_openmp() -> None:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     else:
         os.environ["GOMP_SPINCOUNT"] = "10000"
-
-
-def default_threads(requested: int | None = None) -> int:
-    """The intra-op thread count to run: ``requested`` when given (0 = torch's own default),
-    else 1 on a machine that was busy when foldexp started, else ``QUIET_THREADS`` (at most the
-    cores)."""
-    if requested is not None:
-        return requested
-    if BUSY_AT_START:
-        return 1
-    return max(1, min(QUIET_THREADS, os.cpu_count() or 1))

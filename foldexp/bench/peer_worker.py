@@ -32,9 +32,8 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 HERE = Path(__file__).resolve().parent
 
@@ -49,25 +48,23 @@ def _setup(name: str, params: dict, trees: list, labels: list[int]) -> tuple:
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod.setup(name, params, trees, labels)
-    governed = params.get("threads", 1) is None
-    if governed:
-        # foldexp's own defaults: importing it before torch sets OpenMP's wait, and it picks the
-        # threads by how busy the machine is now (foldexp/startup.py).
-        import foldexp.startup
-
-        params = {**params, "threads": foldexp.startup.default_threads()}
+    defaults = params.get("threads", 1) is None
+    if defaults:
+        # foldexp's own defaults: importing it before torch sets OpenMP's wait
+        # (foldexp/startup.py); the threads follow foldexp train's rule (foldexp/cpus.py).
+        import foldexp.startup  # noqa: F401
     import torch
 
-    torch.set_num_threads(max(1, int(params.get("threads", 1))))
     from foldexp.bench import peer_torch
     from foldexp.kernels import configure_kernels
 
+    if defaults:
+        params = {**params, "threads": default_threads(params, trees)}
+    torch.set_num_threads(max(1, int(params.get("threads", 1))))
     configure_kernels(
         params.get("onednn"), params.get("fused_cells"), params.get("flush_denormal", True)
     )
     step, meta = peer_torch.setup(name, params, trees, labels)
-    if governed:
-        step = _governed(step)
     wait = ",".join(
         f"{v}={os.environ[v]}" for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if v in os.environ
     )
@@ -123,23 +120,23 @@ def _load_trees(params: dict) -> tuple[list, list[int]]:
     return [_tuples(t) for t in data["trees"][:count]], data["labels"][:count]
 
 
-def _governed(step: Callable[[], Any]) -> Callable[[], Any]:
-    """``step`` followed by the thread governor's tick, as ``foldexp train`` runs its steps
-    when it chooses the threads (``foldexp/governor.py``)."""
-    import torch
+def default_threads(params: dict, trees: list) -> int:
+    """The count ``foldexp train`` would take for this step: every CPU this process may use,
+    at most one thread per ``WORK_PER_THREAD`` multiply-adds (``foldexp/cpus.py``)."""
+    from foldexp.bench import peer_torch
+    from foldexp.cpus import available_cpus, threads_for
+    from foldexp.train.threads import dense_weights
 
-    from foldexp.governor import governor_for_run
-
-    governor = governor_for_run(torch.get_num_threads())
-    if governor is None:
-        return step
-
-    def governed_step() -> Any:
-        out = step()
-        governor.tick()
-        return out
-
-    return governed_step
+    model = peer_torch.TreeLSTMParams(
+        params["vocab"], params["embed"], params["hidden"], params["classes"]
+    )
+    nodes, stack = 0, list(trees)
+    while stack:  # binary trees as nested tuples: a leaf is (word,), a node (left, right)
+        node = stack.pop()
+        nodes += 1
+        if len(node) == 2:
+            stack.extend(node)
+    return threads_for(available_cpus(), dense_weights(model) * nodes)
 
 
 def main(argv: list[str]) -> int:

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
+from foldexp.cpus import available_cpus, threads_for
 from foldexp.kernels.native import cpu_fields, cpu_vendor_family
-from foldexp.startup import default_threads
 
 __all__ = ["Env", "setup_env", "Stopwatch", "Case", "round_order", "run_interleaved", "repeats_for"]
 
@@ -55,11 +55,12 @@ def _machine() -> str:
 
 
 def setup_env(device: str, threads: int | None) -> Env:
-    """Sets the thread count (``None``: foldexp's default, ``foldexp/startup.py``; 0: torch's)
-    and checks the device; ``cuda`` without a GPU fails here, clearly."""
-    threads = default_threads(threads)
-    if threads > 0:
-        torch.set_num_threads(threads)
+    """Sets the thread count (``None``: every CPU this process may use, ``foldexp/cpus.py``, as
+    a bench's steps are sized for the machine) and checks the device; ``cuda`` without a GPU
+    fails here, clearly."""
+    if threads is None:
+        threads = threads_for(available_cpus(), None)
+    torch.set_num_threads(threads)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":

@@ -95,8 +95,8 @@ MAX_PROCESSES = 256
 @dataclass
 class DeviceConfig:
     name: DeviceName = DeviceName.cpu  # cpu | cuda | auto
-    # torch intra-op threads: null = 2, or 1 on a machine already busy when foldexp started
-    # (foldexp/startup.py); else this many (torch's own default is one a core)
+    # torch intra-op threads: null = chosen from the CPUs this process may use and the step's
+    # size, never the load (foldexp/cpus.py; a resume keeps the run's); else this many
     threads: int | None = ranged(None, ge=1, le=MAX_THREADS, none_ok=True)
     # CPU float32 dense layers through oneDNN (foldexp/kernels/dense.py): null = where it pays
     # (AMD CPUs of family 26 on, whose full-width AVX-512 MKL leaves half idle); true / false

@@ -31,7 +31,6 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from foldexp.governor import ThreadGovernor
 from foldexp.train import distributed as dd
 from foldexp.train.artifacts import plot_curves, restorable, write_metrics_csv
 from foldexp.train.checkpoint import save_run
@@ -150,7 +149,6 @@ class TrainingRun:
     loaders: RunLoaders
     run_log: RunLoggers
     title: str  # the plots' title
-    governor: ThreadGovernor | None = None  # intra-op threads following the load, if chosen
     lr_schedule: LRScheduler | None = None  # the learning rate per step (trainer.lr_schedule)
 
     @property
@@ -261,12 +259,6 @@ def _step(
     checkpoint = bool(tc.checkpoint_every and progress["step"] % tc.checkpoint_every == 0)
     if readout.add(step) or checkpoint:
         readout.read(run, bar, ticker)
-    if run.governor is not None and run.governor.tick() is not None:
-        log.info(
-            "other processes %s the cores: %d intra-op thread(s)",
-            "hold" if run.governor.current == 1 else "left",
-            run.governor.current,
-        )
     if checkpoint:
         run.book.sync(progress)
         run.checkpoint(run.last)

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
+from foldexp.logs import ConsoleHandler
 from foldexp.train.distributed import DistContext
 
 __all__ = ["export_submitit_env", "launched_world_size", "setup", "spawn", "teardown"]
@@ -99,7 +100,9 @@ def _logging_spec() -> dict[str, Any]:
         if isinstance(h, logging.FileHandler):
             handlers.append({"file": h.baseFilename, "fmt": fmt, "datefmt": datefmt})
         elif isinstance(h, logging.StreamHandler):
-            name = "stderr" if h.stream is sys.__stderr__ or h.stream is sys.stderr else "stdout"
+            name = getattr(h, "stream_name", None) or (
+                "stderr" if h.stream is sys.__stderr__ or h.stream is sys.stderr else "stdout"
+            )
             handlers.append({"stream": name, "fmt": fmt, "datefmt": datefmt})
     return {"level": root.level, "handlers": handlers}
 
@@ -111,9 +114,7 @@ def _configure_logging(spec: dict[str, Any], rank: int) -> None:
         if rank and "file" in h:
             continue  # one log file, written by rank 0
         handler: logging.Handler = (
-            logging.FileHandler(h["file"], mode="a")
-            if "file" in h
-            else logging.StreamHandler(getattr(sys, h["stream"]))
+            logging.FileHandler(h["file"], mode="a") if "file" in h else ConsoleHandler(h["stream"])
         )
         fmt = h["fmt"] or "%(message)s"
         handler.setFormatter(

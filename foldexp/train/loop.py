@@ -40,9 +40,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from foldexp.config import enum_value
 from foldexp.experiments.build import build_dataset, build_model, check_vectors
-from foldexp.governor import ThreadGovernor, governor_for_run
 from foldexp.kernels import configure_kernels, keep_freed_memory
-from foldexp.startup import BUSY_AT_START, default_threads
 from foldexp.train import distributed as dd
 from foldexp.train import launch
 from foldexp.train.artifacts import read_verified_json, trust_unverified, write_json
@@ -65,6 +63,7 @@ from foldexp.train.rundir import claim_run_dir, repair_metrics
 from foldexp.train.runs import RunSetup, prepare_for_training, write_run_info
 from foldexp.train.sampler import example_sizes
 from foldexp.train.sparse_rows import use_sparse_table_gradients
+from foldexp.train.threads import run_threads
 from foldexp.validate import ConfigError, check_config, plain
 
 __all__ = ["run_train", "TrainingDiverged", "resolve_device"]
@@ -125,7 +124,7 @@ def _run_train(cfg: DictConfig) -> dict[str, Any]:
 
 def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[str, Any]:
     """One rank's run: set up, fit, test, return the metrics."""
-    governor = _configure_process(cfg.device, ctx, device)
+    _configure_process(cfg.device)
     dd.check_global_batch(ctx, cfg.trainer.batch_size)
     out_dir = Path(cfg.paths.output_dir)
     if ctx.is_main:
@@ -135,7 +134,6 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
     bundle, model, lr_schedule = _build(cfg, ctx, device, out_dir)
     run = _start(cfg, ctx, device, out_dir, bundle, model)
     run.lr_schedule = lr_schedule
-    run.governor = governor
     started = time.perf_counter()
     fit(run)
     results = _test(run, started)
@@ -150,11 +148,10 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
     return results
 
 
-def _configure_process(
-    device_cfg: DictConfig, ctx: dd.DistContext, device: torch.device
-) -> ThreadGovernor | None:
-    """oneDNN, fused cells, the allocator and the thread count, as ``device.*`` asks; with the
-    thread count left to foldexp, a single CPU process gets a governor that follows the load."""
+def _configure_process(device_cfg: DictConfig) -> None:
+    """oneDNN, fused cells, the allocator, as ``device.*`` asks; and until the run's thread
+    count is chosen (``_set_threads``, once the model is built), one thread: what runs before
+    (reading the data, building the model) then does not depend on the machine either."""
     flushing = configure_kernels(
         device_cfg.onednn, device_cfg.fused_cells, device_cfg.flush_denormal
     )
@@ -162,24 +159,23 @@ def _configure_process(
         log.info("device.flush_denormal: this CPU has no flush-to-zero mode")
     if device_cfg.keep_memory and not keep_freed_memory():
         log.info("device.keep_memory: not glibc, freed memory is managed as usual")
-    threads = default_threads(device_cfg.threads)
-    if device_cfg.threads is None and BUSY_AT_START and ctx.is_main:
-        log.info("the machine was busy at start (load >= cores): 1 intra-op thread")
-    if not threads:
-        return None
+    torch.set_num_threads(1)
+
+
+def _set_threads(
+    cfg: DictConfig, ctx: dd.DistContext, model: torch.nn.Module, train: Any, out_dir: Path
+) -> int:
+    """Chooses the run's intra-op thread count (``threads.py``), sets it, and writes it into
+    the run's config (``device.threads``), which checkpoints and ``run_info.json`` store."""
+    threads = run_threads(cfg, ctx, model, train, out_dir)
     torch.set_num_threads(threads)
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
-    cores = os.cpu_count() or 1
-    if ctx.is_main and local * threads > cores:
-        log.warning(
-            "%d processes x device.threads=%d exceed the %d CPU cores: set device.threads=%d",
-            *(local, threads, os.cpu_count(), max(1, cores // local)),
+    with open_dict(cfg):
+        cfg.device.threads = threads
+    if ctx.is_main:
+        log.info(
+            "%d intra-op thread(s) (device.threads=%d repeats this run's numbers)", *[threads] * 2
         )
-    if device_cfg.threads is not None or device.type != "cpu" or ctx.enabled:
-        return None
-    # A run that started quiet drops to one thread while other processes hold the cores; one
-    # that started busy goes up to the quiet count once they leave (foldexp/governor.py).
-    return governor_for_run(threads)
+    return threads
 
 
 def _build(
@@ -195,8 +191,9 @@ def _build(
     check_vectors(cfg.dataset, cfg.model, bundle.info)
     check_model_memory(cfg, bundle.info, device)
     model = build_model(cfg.model, bundle.info).to(device)
+    threads = _set_threads(cfg, ctx, model, bundle.train, out_dir)
     if ctx.is_main:
-        write_run_info(out_dir, _absolute_data_paths(cfg), bundle.info)
+        write_run_info(out_dir, _absolute_data_paths(cfg), bundle.info, threads)
     prepare_for_training(model, RunSetup(bundle.train, cfg.trainer.eval_batch_size))
     return bundle, model, lr_schedule
 
@@ -323,5 +320,6 @@ def _test(run: TrainingRun, started: float) -> dict[str, Any]:
         "dataset": cfg.dataset.name,
         "model": cfg.model.name,
         "world_size": run.ctx.world_size,
+        "threads": torch.get_num_threads(),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }

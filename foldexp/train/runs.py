@@ -127,11 +127,13 @@ def decode_info(encoded: Mapping[str, Any], source: Path | None = None) -> dict[
     return out
 
 
-def write_run_info(out_dir: Path, cfg: DictConfig, info: Mapping[str, Any]) -> Path:
-    """Writes ``run_info.json``: what ``load_trained`` needs besides the weights."""
-    return write_json(
-        Path(out_dir) / RUN_INFO, {"config": plain_config(cfg), "info": encode_info(info)}
-    )
+def write_run_info(
+    out_dir: Path, cfg: DictConfig, info: Mapping[str, Any], threads: int | None = None
+) -> Path:
+    """Writes ``run_info.json``: what ``load_trained`` needs besides the weights, and the
+    intra-op threads the run trains on (a resume takes them: ``threads.py``)."""
+    data = {"config": plain_config(cfg), "info": encode_info(info), "threads": threads}
+    return write_json(Path(out_dir) / RUN_INFO, data)
 
 
 class TrainedRun:

@@ -9,6 +9,7 @@ in the folder is touched.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import traceback
@@ -30,6 +31,7 @@ from foldexp.train.artifacts import (
 from foldexp.train.checkpoint import read_checkpoint
 from foldexp.train.loop import run_train
 from foldexp.train.resume_config import ResumeConfigError, config_changes
+from foldexp.validate import ConfigError
 
 
 @pytest.fixture
@@ -124,10 +126,22 @@ def test_resume_with_another_config_is_refused(
     assert after == before  # refused before run_info.json or anything else was rewritten
 
 
-def test_resume_may_change_length_display_and_threads(resume: list[str], run: Path) -> None:
+def test_resume_may_change_length_display_and_name_the_runs_threads(
+    resume: list[str], run: Path
+) -> None:
+    assert json.loads((run / "run_info.json").read_text())["threads"] == 1  # a tiny model's
     extra = ["trainer.max_steps=1000", "trainer.plots=true", "device.threads=1", "task_name=x"]
     results = run_train(compose_config([*resume, *extra], run))
-    assert results["epochs_run"] == 2 and results["seed"] == 0
+    assert results["epochs_run"] == 2 and results["seed"] == 0 and results["threads"] == 1
+
+
+def test_resume_on_another_thread_count_is_refused(resume: list[str], run: Path) -> None:
+    # Sums over 2 threads come out in another order: the run would not equal an uninterrupted one.
+    before = {p.name: file_sha256(p) for p in run.rglob("*") if p.is_file() and p.suffix != ".lock"}
+    with pytest.raises(ConfigError, match=r"trained on 1 thread\(s\) and device\.threads=2"):
+        run_train(compose_config([*resume, "device.threads=2"], run))
+    after = {p.name: file_sha256(p) for p in run.rglob("*") if p.is_file() and p.suffix != ".lock"}
+    assert after == before
 
 
 def test_moved_data_folder_is_not_a_change() -> None:

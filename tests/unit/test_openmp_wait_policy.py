@@ -1,5 +1,6 @@
-"""``import foldexp`` shortens torch's OpenMP spin-wait, or on a busy machine makes it sleep and
-runs one intra-op thread (``foldexp/startup.py``)."""
+"""``import foldexp`` shortens torch's OpenMP spin-wait, or on a busy machine makes it sleep
+(``foldexp/startup.py``); how many threads run never depends on it
+(``tests/unit/train/test_threads.py``)."""
 
 from __future__ import annotations
 
@@ -38,44 +39,3 @@ def test_the_users_own_setting_wins() -> None:
 def test_left_alone_when_torch_came_first() -> None:
     # OpenMP has read its settings by then; changing the variables would only mislead.
     assert _settings({}, "import torch; " + CODE) == "None None"
-
-
-THREADS = (
-    "from foldexp.startup import default_threads; print(default_threads(), default_threads(3))"
-)
-
-
-def test_one_thread_on_a_machine_busy_at_start_unless_asked() -> None:
-    assert _settings({}, QUIET + THREADS) == "2 3"
-    assert _settings({}, BUSY + THREADS) == "1 3"
-
-
-def test_the_thread_choice_reaches_a_run() -> None:
-    import torch
-    from omegaconf import OmegaConf
-
-    from foldexp.startup import default_threads
-    from foldexp.train.distributed import DistContext
-    from foldexp.train.loop import _configure_process
-
-    old = torch.get_num_threads()
-    cpu = torch.device("cpu")
-    try:
-        cfg = OmegaConf.create(
-            {
-                "onednn": None,
-                "fused_cells": None,
-                "flush_denormal": True,
-                "keep_memory": False,
-                "threads": None,
-            }
-        )
-        governor = _configure_process(cfg, DistContext(), cpu)
-        assert torch.get_num_threads() == default_threads()
-        if os.path.exists("/proc/loadavg") and (os.cpu_count() or 1) > 1:
-            assert governor is not None and governor.current == default_threads()
-        cfg.threads = 1  # a count of the user's own: kept whatever the load
-        assert _configure_process(cfg, DistContext(), cpu) is None
-        assert torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(old)

@@ -23,9 +23,6 @@ QUICK = [
     "model.pair_size=16",
     "model.graph_size=32",
     "model.mlp_size=32",
-    # A thread count of its own: the governor would take a thread from a run whose machine is
-    # busy, and sums over another thread count round differently from the other run's.
-    "device.threads=1",
 ]
 
 
