@@ -112,14 +112,41 @@ def _hydra_app(name: str, module: str) -> object:
     return run
 
 
+def _misspelt_key(exc: BaseException) -> str | None:
+    """``validate.unknown_key``'s line for an override of a key its section lacks: OmegaConf's
+    cause carries the section (``parent_node``) and the key's full name."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    from foldexp.validate import unknown_key
+
+    cause = exc.__cause__
+    if not str(exc).startswith("Could not override") or not isinstance(
+        cause, (ConfigAttributeError, ConfigKeyError)
+    ):
+        return None
+    parent, key = getattr(cause, "parent_node", None), getattr(cause, "full_key", None)
+    if parent is None or not key:
+        return None
+    owner = key.rsplit(".", 1)[0] if "." in key else "the config"
+    kind = getattr(cause, "object_type", None)
+    if isinstance(kind, type):
+        owner += f" ({kind.__name__})"
+    keys = [str(k) for k in parent.keys() if k != "hydra"]  # Hydra's own node: not a typo's
+    return unknown_key(str(key), owner, keys)
+
+
 def _hydra_message(exc: BaseException) -> str:
     """Hydra's error and its cause (OmegaConf's, naming the value and the type it needed),
-    without OmegaConf's lines about its own classes."""
+    without OmegaConf's lines about its own classes. A misspelt key (``trainer.epoch=3``) is
+    told in one line with the closest keys, not with Hydra's advice to add it with ``+``."""
     from foldexp.config.hydra_errors import not_an_integer
 
     integer = not_an_integer(exc)
     if integer is not None:
         return integer
+    misspelt = _misspelt_key(exc)
+    if misspelt is not None:
+        return misspelt
     lines = str(exc).splitlines()
     cause = exc.__cause__
     if cause is not None and str(cause) and str(cause) not in str(exc):

@@ -20,6 +20,7 @@ it: registered targets of the right role (a model is a model), then ``check_conf
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import inspect
 import math
@@ -51,11 +52,28 @@ __all__ = [
     "plain",
     "schema_defaults",
     "schema_for",
+    "unknown_key",
 ]
 
 
 class ConfigError(ValueError):
     """A config value outside its valid range, an unknown key or an unregistered target."""
+
+
+def unknown_key(key: str, owner: str, keys: Sequence[str]) -> str:
+    """One line for a key its section lacks: the closest keys (``difflib``) first, as "did you
+    mean", then every key (those starting with ``_`` left out). The one wording of a misspelt
+    key, whether Hydra refused the override (``trainer.epoch=3``) or a check here found it
+    (``+trainer.epoch=3``, a run folder's config)."""
+    name = key.rsplit(".", 1)[-1]
+    prefix = key[: len(key) - len(name)]
+    shown = [str(k) for k in keys if not str(k).startswith("_")]
+    close = difflib.get_close_matches(name, shown, n=3, cutoff=0.6)
+    if not close:  # a key written in another case: TRAINER.Epochs
+        lower = {k.lower(): k for k in shown}
+        close = [lower[c] for c in difflib.get_close_matches(name.lower(), list(lower), n=3)]
+    hint = f"; did you mean {' or '.join(prefix + c for c in close)}? Its" if close else "; its"
+    return f"{key} is not a key of {owner}{hint} keys are {', '.join(shown)}"
 
 
 class MissingFileError(ConfigError):
@@ -316,8 +334,7 @@ def _check_node(prefix: str, node: Mapping[str, Any], schema: type) -> None:
     unknown = sorted(k for k in node if k not in fields)
     if unknown:
         raise ConfigError(
-            f"{prefix}.{unknown[0]} is not a key of {prefix} ({schema.__name__}); "
-            f"its keys are {', '.join(k for k in fields if k != '_target_')}"
+            unknown_key(f"{prefix}.{unknown[0]}", f"{prefix} ({schema.__name__})", list(fields))
         )
     for key, spec in fields.items():
         if key in node:
@@ -380,8 +397,7 @@ def _check_optimizer(node: Mapping[str, Any], resolved: Mapping[str, Any] | None
             for name in names
         ]
         raise ConfigError(
-            f"optimizer.{key} is not a key of {node['_target_']} ({schema.__name__}); its keys "
-            f"are {', '.join(k for k in fields if not k.startswith('_'))}"
+            unknown_key(f"optimizer.{key}", f"{node['_target_']} ({schema.__name__})", fields)
             + (f"; {key} is a key of optimizer={', '.join(sorted(having))}" if having else "")
             + "; choose an optimizer by its group (optimizer=NAME), not by optimizer._target_"
         )

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, open_dict
 
 from foldexp.config import CONF_DIR, register_configs
 from foldexp.config.hydra_errors import check_command_line, composition_done
-from foldexp.validate import ConfigError, check_bool_overrides, check_config
+from foldexp.validate import ConfigError, check_bool_overrides, check_config, unknown_key
 
 __all__ = [
     "INTERRUPTED",
@@ -162,8 +162,5 @@ def compose_dataset_config(kind: str, overrides: Sequence[str]) -> DictConfig:
     known = [k for k in compose_config(base).dataset if k != "_target_"]
     for key in keys:
         if key.split("=", 1)[0] not in known:
-            raise ConfigError(
-                f"dataset.{key.split('=', 1)[0]} is not a key of {kind}; its keys are "
-                + ", ".join(known)
-            )
+            raise ConfigError(unknown_key(f"dataset.{key.split('=', 1)[0]}", kind, known))
     return compose_config([*base, *(f"dataset.{k}" for k in keys)]).dataset

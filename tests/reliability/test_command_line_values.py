@@ -165,3 +165,36 @@ def test_an_unknown_option_in_a_list_of_a_group_lists_the_options(
     err = _one_line(capsys, "train")
     assert err.endswith("Could not load 'logger/nosuch'. The options of logger are: csv, none, "
                         "tensorboard")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("trainer.epoch=3", "trainer.epoch is not a key of trainer (TrainerConfig); did you mean "
+                            "trainer.epochs? Its keys are epochs, batch_size"),
+        ("+trainer.epoch=3", "trainer.epoch is not a key of trainer (TrainerConfig); did you mean "
+                             "trainer.epochs? Its keys are epochs, batch_size"),
+        ("traner.epochs=3", "traner is not a key of the config (TrainConfig); did you mean "
+                            "trainer? Its keys are seed, task_name"),
+        ("optimizer.lr_=0.1", "did you mean optimizer.lr?"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_key_names_the_closest_keys_with_or_without_plus(
+    override: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hydra's advice was to add the key (``+trainer.epoch=3``), which then failed listing keys."""
+    try:  # a key added with + is refused by the run's check, which exits
+        status = main(["train", override, "trainer.epochs=0"])
+    except SystemExit as exit_:
+        status = exit_.code
+    assert status == 2
+    err = _one_line(capsys, "train")
+    assert said in err and "+" not in err.split("error: ", 1)[1], err
+
+
+def test_a_misspelt_dataset_key_of_data_stats_names_the_closest() -> None:
+    with pytest.raises(ConfigError, match=r"dataset.pth is not a key of molecules_csv; did you "
+                                          r"mean dataset.path\? Its keys are"):  # fmt: skip
+        from foldexp.train.app import compose_dataset_config
+
+        compose_dataset_config("molecules_csv", ["pth=x.csv"])

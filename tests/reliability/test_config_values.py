@@ -57,7 +57,7 @@ def test_a_negative_limit_is_refused_not_applied(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("override", ["+dataset.path=x.csv", "+model.hiden_size=3"])
 def test_unknown_keys_fail_naming_the_keys_that_exist(tmp_path: Path, override: str) -> None:
-    with pytest.raises(ConfigError, match=r"is not a key of .*; its keys are .*"):
+    with pytest.raises(ConfigError, match=r"is not a key of .*(; its|\? Its) keys are .*"):
         compose_config([override], tmp_path)
 
 
@@ -113,7 +113,7 @@ def test_vectors_of_another_width_fail_before_the_first_step(tmp_path: Path) -> 
     [
         ("trainer.epochs=1.5", "trainer.epochs=1.5; expected an integer, 1 <= value <= 1000000"),
         ("optimizer.fused=maybe", "optimizer.fused=maybe: Value 'maybe' is not a valid bool"),
-        ("trainer.nosuch=1", "Key 'nosuch' not in 'TrainerConfig'"),
+        ("trainer.nosuch=1", "trainer.nosuch is not a key of trainer (TrainerConfig); its keys"),
     ],
 )
 def test_wrongly_typed_overrides_fail_on_one_line_with_status_2(
