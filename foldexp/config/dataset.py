@@ -57,6 +57,7 @@ class NodeLabels(str, Enum):
 
 
 class MoleculeTask(str, Enum):
+    auto = "auto"  # classification when every label is 0 or 1, else regression (logged)
     regression = "regression"
     classification = "classification"
 
@@ -162,8 +163,9 @@ class MoleculeDataConfig:
     path: str = a_path(MISSING)  # the CSV or CSV.gz file (comma, tab or semicolon separated; UTF-8)
     smiles_column: str = "smiles"  # the column holding SMILES
     targets: list[str] = MISSING  # [T1, T2, ...]: one column per target; empty, nan or NA = missing
+    # auto (classification when every label is 0 or 1, else regression; the choice is logged) |
     # regression (RMSE, MAE) | classification (0/1 labels; ROC AUC, PRC AUC)
-    task: MoleculeTask = MoleculeTask.regression
+    task: MoleculeTask = MoleculeTask.auto
     # error | skip: a SMILES RDKit cannot read stops the run, or is left out with a warning
     on_invalid: OnInvalid = OnInvalid.error
     # random (seeded) | scaffold (Bemis-Murcko groups; seed unused) | column

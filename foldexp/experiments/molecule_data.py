@@ -1,10 +1,11 @@
 """The ``molecules_csv`` dataset builder: any CSV of SMILES and targets, by config alone.
 
 ``foldexp train experiment=molecules_csv dataset.path=FILE dataset.smiles_column=COL
-dataset.targets=[T1,T2] dataset.task=regression|classification`` featurises every SMILES
+dataset.targets=[T1,T2] [dataset.task=auto|regression|classification]`` featurises every SMILES
 (RDKit, cached under ``dataset.cache_dir``), splits the molecules (``random`` with
 ``dataset.seed``, Bemis-Murcko ``scaffold``, or ``column``: a column of the file says train,
-valid/dev or test per row) and reports what the weave model is built from in ``bundle.info``:
+valid/dev or test per row; ``task=auto``, the default, takes targets holding only 0, 1 and blanks
+for classification and says so) and reports what the weave model is built from in ``bundle.info``:
 feature sizes, the task, the target names, target statistics (regression) and positive-class
 weights (classification with ``dataset.balance=true``). ESOL and FreeSolv are presets of it
 (``conf/dataset/esol.yaml``, ``freesolv.yaml``).
@@ -79,7 +80,7 @@ def _check_keys(
     if _unset(targets) or isinstance(targets, str) or not len(targets):
         raise ConfigError(f"dataset.targets names no column: give a list, e.g. {usage}")
     checks = {
-        "task": (task, ("regression", "classification")),
+        "task": (task, ("auto", "regression", "classification")),
         "on_invalid": (on_invalid, ("error", "skip")),
         "split": (split, ("random", "scaffold", "column")),
     }
@@ -125,6 +126,33 @@ def _load(
         max_atoms=limits[0],
         max_smiles_chars=limits[1],
     )
+
+
+def _choose_task(dataset: MoleculeDataset, n: int, trained: Mapping[str, Any] | None) -> str:
+    """``dataset.task=auto``: a trained run's task (``foldexp eval``), else classification when
+    every label of the first ``n`` molecules is 0 or 1 (empty = missing), regression otherwise;
+    the choice and how to override it are logged, so that a toxicity file of 0/1 columns never
+    trains as regression without a word."""
+    if trained is not None and trained.get("task") in ("regression", "classification"):
+        return str(trained["task"])
+    targets, mask = dataset.targets[:n], dataset.target_mask[:n]
+    other = np.argwhere(mask & (targets != 0) & (targets != 1))
+    if len(other) or not mask.any():
+        why = "no label at all"
+        if len(other):
+            i, k = other[0]
+            why = f"column {dataset.target_names[k]!r} holds {targets[i, k]:g}, not only 0 and 1"
+        log.info(
+            "dataset.task=auto: training regression (%s); dataset.task=classification for 0/1 "
+            "labels", why,
+        )  # fmt: skip
+        return "regression"
+    log.info(
+        "dataset.task=auto: training classification (ROC AUC, PRC AUC): every label of %s is "
+        "0, 1 or empty; dataset.task=regression to fit them as numbers",
+        ", ".join(dataset.target_names),
+    )
+    return "classification"
 
 
 def _check_binary(dataset: MoleculeDataset, n: int) -> None:
@@ -228,7 +256,7 @@ def molecules_csv(
     path: str,
     targets: Sequence[str],
     smiles_column: str = "smiles",
-    task: str = "regression",
+    task: str = "auto",
     on_invalid: str = "error",
     split: str = "random",
     split_column: str | None = None,
@@ -256,7 +284,7 @@ def molecules_csv(
     fractions = tuple(float(f) for f in fractions)
     _check_keys(path, targets, task, on_invalid, split, split_column, fractions)
     targets = [str(t) for t in targets]
-    if balance and task != "classification":
+    if balance and task == "regression":
         raise ConfigError(
             "dataset.balance=true weights positive labels: it needs task=classification"
         )
@@ -267,6 +295,13 @@ def molecules_csv(
         limits = (int(max_atoms), int(max_smiles_chars))
         dataset = _load(Path(path), smiles_column, targets, on_invalid, cache_dir, limits)
         graphs = list(dataset)[:limit] if limit else list(dataset)
+        if task == "auto":
+            task = _choose_task(dataset, len(graphs), trained)
+            if balance and task != "classification":
+                raise ConfigError(
+                    "dataset.balance=true weights positive labels, but dataset.task=auto chose "
+                    "regression (the labels are not all 0 or 1)"
+                )
         if task == "classification":
             _check_binary(dataset, len(graphs))
         parts = _parts(dataset, graphs, split, split_column, fractions, seed)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,33 @@ def test_builder_info_is_plain_json_and_balance_weights_positives(tmp_path: Path
     assert "c1ccccc1" in [m.smiles for m in bundle.dev]
 
 
+def test_task_auto_by_default_chooses_classification_for_0_1_columns_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A toxicity file without dataset.task trained as regression (RMSE) without a word."""
+    from foldexp.experiments.build import build_dataset
+
+    columns = ["dataset.targets=[ring,oxygen]", "dataset.split=column", "dataset.split_column=fold"]
+    cfg = compose_config(_args(tmp_path, _classification_csv(tmp_path), *columns))
+    assert cfg.dataset.task == "auto"
+    with caplog.at_level(logging.INFO, logger="foldexp.experiments.molecule_data"):
+        assert build_dataset(cfg.dataset).info["task"] == "classification"
+    said = [r.getMessage() for r in caplog.records if "dataset.task=auto" in r.getMessage()]
+    assert len(said) == 1 and "training classification" in said[0], said
+    assert "every label of ring, oxygen is 0, 1 or empty" in said[0]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="foldexp.experiments.molecule_data"):
+        bundle = _build(_regression_csv(tmp_path), targets=["logp", "size"], smiles_column="SMILES")
+    assert bundle.info["task"] == "regression"
+    assert "dataset.task=auto: training regression (column 'logp' holds -1" in caplog.text
+    # a trained run's task wins (foldexp eval of a file whose labels happen to be 0/1)
+    trained = {"task": "regression"}
+    path = _classification_csv(tmp_path)
+    assert _build(path, targets=["ring"], trained=trained).info["task"] == "regression"
+    with pytest.raises(ConfigError, match="dataset.task=auto chose regression"):
+        _build(_regression_csv(tmp_path), targets=["logp"], smiles_column="SMILES", balance=True)
+
+
 def test_labels_other_than_0_1_are_refused_naming_row_and_column(tmp_path: Path) -> None:
     path = tmp_path / "bad.csv"
     path.write_text("smiles,active\nCCO,1\nCCC,0\nCCN,2\nCCCl,0.5\n")
@@ -242,7 +270,7 @@ def test_key_combinations_and_missing_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="dataset.path is not set"):
         _build(Path("???"), targets=["ring"])
     with pytest.raises(ConfigError, match="balance=true .* needs task=classification"):
-        _build(path, targets=["ring"], balance=True)
+        _build(path, targets=["ring"], task="regression", balance=True)
     with pytest.raises(FileNotFoundError, match="dataset.path=.*nope.csv: no such file"):
         _build(tmp_path / "nope.csv", targets=["ring"])
     cfg = compose_config(["experiment=esol_weave", f"paths.data_dir={tmp_path}"], tmp_path / "r")
