@@ -275,7 +275,9 @@ def load_molecule_csv(
     )
     if invalid and on_invalid == "raise":
         raise MoleculeError(
-            _describe_invalid(path, invalid) + "; fix them or pass on_invalid='skip'"
+            _describe_invalid(path, invalid)
+            + f"; fix them, or drop these {len(invalid)} of the {len(rows)} rows with "
+            "dataset.on_invalid=skip (on_invalid='skip' in Python)"
         )
     kept = np.array(kept_rows, dtype=np.int64)
     if cache_file is not None:

@@ -122,6 +122,8 @@ def test_invalid_smiles_raise_with_rows(tmp_path):
     assert "mols.csv: 2 invalid SMILES" in message
     assert "row 2 (line 3): 'C1CC'" in message and "row 4 (line 5): 'xyz'" in message
     assert "on_invalid='skip'" in message
+    # the override as typed on the command line, and what it would drop
+    assert "drop these 2 of the 4 rows with dataset.on_invalid=skip" in message
 
 
 def test_invalid_smiles_skip_warns_every_time(tmp_path):
