@@ -23,6 +23,7 @@ import dataclasses
 import difflib
 import importlib
 import inspect
+import logging
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +31,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from foldexp import config as schemas
@@ -46,6 +47,7 @@ __all__ = [
     "check_memory",
     "check_section",
     "check_value",
+    "drop_preset_model_keys",
     "import_target",
     "path_keys",
     "physical_memory",
@@ -54,6 +56,9 @@ __all__ = [
     "schema_for",
     "unknown_key",
 ]
+
+
+log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -577,6 +582,40 @@ def check_bool_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
         allowed = "true, false or null" if node._is_optional() else "true or false"
         raise ConfigError(f"{override.key_or_group}={override.get_value_element_as_str()}; "
                           f"expected {allowed}")  # fmt: skip
+
+
+def _typed_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def drop_preset_model_keys(cfg: DictConfig, overrides: Sequence[str]) -> None:
+    """A model of the user's own (``model=custom``) receives only its own keys: those the
+    command line gives it and ``conf/model/custom.yaml``'s (``_target_``, ``name``). An
+    experiment preset's keys for its own model (``experiment=text_csv`` sets
+    ``model.hidden_size`` for its LSTM) are left out of ``cfg``, with a log line naming them, so
+    that they neither fail the user's constructor nor reach it unasked. Call right after
+    composing, with the command line's overrides."""
+    model = cfg.get("model")
+    if not isinstance(model, DictConfig) or OmegaConf.is_missing(model, "_target_"):
+        return
+    if schema_for(str(model.get("_target_"))) is not None:
+        return  # a foldexp model: its schema checks the keys
+    typed = {
+        _typed_key(o).removeprefix("model.").split(".")[0]
+        for o in overrides
+        if _typed_key(o).startswith("model.")
+    }
+    preset = [str(k) for k in model if k not in ("_target_", "name") and k not in typed]
+    if not preset:
+        return
+    log.info(
+        "model._target_=%s: the experiment's model keys %s are for its own model and are not "
+        "passed to yours (give yours its keys with +model.KEY=VALUE)",
+        model.get("_target_"), ", ".join(f"model.{k}" for k in preset),
+    )  # fmt: skip
+    with open_dict(model):
+        for key in preset:
+            del model[key]
 
 
 def check_config(cfg: DictConfig | Mapping[str, Any], files: bool = True) -> None:

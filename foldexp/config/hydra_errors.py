@@ -9,7 +9,8 @@ always were (a bug keeps its traceback), and the variable does not reach the run
 processes. A user who set ``HYDRA_FULL_ERROR=1`` keeps Hydra's full tracebacks throughout.
 
 Before that, ``check_command_line`` holds the overrides to what OmegaConf lets through: a
-boolean key given ``2`` or ``on`` fails as a wrongly typed override does.
+boolean key given ``2`` or ``on`` fails as a wrongly typed override does; and a model of the
+user's own loses the keys an experiment preset set for its own model.
 """
 
 from __future__ import annotations
@@ -73,10 +74,12 @@ def check_command_line(cfg: Any) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.errors import ConfigCompositionException
 
-    from foldexp.validate import ConfigError, check_bool_overrides
+    from foldexp.validate import ConfigError, check_bool_overrides, drop_preset_model_keys
 
+    overrides = list(HydraConfig.get().overrides.task)
+    drop_preset_model_keys(cfg, overrides)  # a user's model gets only its own keys
     try:
-        check_bool_overrides(cfg, list(HydraConfig.get().overrides.task))
+        check_bool_overrides(cfg, overrides)
     except ConfigError as exc:
         raise ConfigCompositionException(f"Error merging override {exc}") from None
 

@@ -18,7 +18,13 @@ from omegaconf import DictConfig, open_dict
 
 from foldexp.config import CONF_DIR, register_configs
 from foldexp.config.hydra_errors import check_command_line, composition_done
-from foldexp.validate import ConfigError, check_bool_overrides, check_config, unknown_key
+from foldexp.validate import (
+    ConfigError,
+    check_bool_overrides,
+    check_config,
+    drop_preset_model_keys,
+    unknown_key,
+)
 
 __all__ = [
     "INTERRUPTED",
@@ -140,6 +146,7 @@ def compose_config(
         )
     HydraConfig.instance().set_config(cfg)
     check_bool_overrides(cfg, list(overrides or []))
+    drop_preset_model_keys(cfg, list(overrides or []))
     with open_dict(cfg):
         if output_dir is not None:
             cfg.paths.output_dir = str(output_dir)

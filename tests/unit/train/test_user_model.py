@@ -59,3 +59,19 @@ def test_a_model_without_the_contract_fails_before_any_work(
     with pytest.raises(ModelContractError, match=r"has no collate, summarize methods"):
         run_train(cfg)
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_an_experiments_model_keys_do_not_reach_a_users_model(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """experiment=text_csv sets model.hidden_size for its LSTM: a user's model failed on it."""
+    args = ["experiment=text_csv", "dataset.path=reviews.csv", *CUSTOM, "+model.size=8"]
+    with caplog.at_level("INFO", logger="foldexp.validate"):
+        cfg = compose_config(args, tmp_path)
+    assert dict(cfg.model) == {"_target_": "bag_of_words.BagOfWords", "name": "custom", "size": 8}
+    assert "model.hidden_size, model.dropout are for its own model" in caplog.text
+    # a key the user types is the user's, even one the preset also sets
+    with pytest.raises(ConfigError, match=r"model\.dropout is not a parameter of"):
+        compose_config([*args, "model.dropout=0.1"], tmp_path)
+    # foldexp's own models keep the preset's keys
+    assert compose_config(args[:2], tmp_path).model.hidden_size == 150
