@@ -186,6 +186,9 @@ class MoleculeDataConfig:
     # natural product or peptide such as insulin (~400); foldexp.data.molecule_csv says why
     max_atoms: int = ranged(MAX_ATOMS, ge=1, le=4096)
     max_smiles_chars: int = ranged(MAX_SMILES_CHARS, ge=1, le=1_000_000)
+    # [U1, U2, ...]: each target's units (log(mol/L), kcal/mol), on the RMSE and MAE axes and in
+    # results.md (null: not known)
+    units: list[str] | None = None
 
 
 @dataclass

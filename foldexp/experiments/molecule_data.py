@@ -265,6 +265,7 @@ def molecules_csv(
     limit: int = 0,
     cache_dir: str | None = None,
     balance: bool = False,
+    units: Sequence[str] | None = None,
     name: str = "molecules_csv",
     trained: Mapping[str, Any] | None = None,
     max_atoms: int = MAX_ATOMS,
@@ -276,7 +277,8 @@ def molecules_csv(
     ``limit`` keeps the first N valid molecules (0: all). ``bundle.info`` is plain JSON:
     ``atom_features``, ``pair_features``, ``num_targets``, ``task``, ``target_names``,
     ``target_mean`` / ``target_std`` (regression: over the labelled training entries; 0 / 1 for
-    classification) and ``pos_weight`` (classification with ``balance``, else ``None``).
+    classification), ``pos_weight`` (classification with ``balance``, else ``None``) and
+    ``target_units`` (``units``: one per target, or ``None``).
     ``trained``: a trained run's ``info`` (``foldexp eval``): a split of one class is scored
     (its AUCs are not defined), not refused, and the training split may be empty.
     """
@@ -284,6 +286,11 @@ def molecules_csv(
     fractions = tuple(float(f) for f in fractions)
     _check_keys(path, targets, task, on_invalid, split, split_column, fractions)
     targets = [str(t) for t in targets]
+    if units is not None and len(units) != len(targets):
+        raise ConfigError(
+            f"dataset.units names {len(units)} units for {len(targets)} targets "
+            f"(dataset.targets={targets}); give one per target, in the same order"
+        )
     if balance and task == "regression":
         raise ConfigError(
             "dataset.balance=true weights positive labels: it needs task=classification"
@@ -336,6 +343,7 @@ def molecules_csv(
             "task": task,
             "target_names": targets,
             "pos_weight": _pos_weight(train) if balance and train else None,
+            "target_units": [str(u) for u in units] if units is not None else None,
         },
     )
 

@@ -50,6 +50,7 @@ __all__ = [
     "WeaveModel",
     "WeaveRegressor",
     "MoleculeBatch",
+    "target_suffixes",
 ]
 
 TASKS = ("regression", "classification")
@@ -134,7 +135,7 @@ class MoleculeBatch:
     size: int
 
 
-def _column_suffixes(names: Sequence[str]) -> list[str]:
+def target_suffixes(names: Sequence[str]) -> list[str]:
     """Target names as metric-name suffixes (``metrics.csv`` columns): word characters only,
     numbered where two would collide."""
     plain = [re.sub(r"\W+", "_", name).strip("_") or "target" for name in names]
@@ -186,7 +187,7 @@ class WeaveModel(nn.Module):
         )
         if len(self.target_names) != num_targets:
             raise ValueError(f"{len(self.target_names)} target_names for num_targets={num_targets}")
-        self._suffixes = _column_suffixes(self.target_names)
+        self._suffixes = target_suffixes(self.target_names)
         net = weave_network(
             atom_features,
             pair_features,

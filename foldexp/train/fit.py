@@ -40,6 +40,7 @@ from foldexp.train.loaders import RunLoaders
 from foldexp.train.loggers import ProgressLog, RunLoggers, progress_bar
 from foldexp.train.lr_schedule import LRScheduler
 from foldexp.train.sampler import ShardedBatchSampler
+from foldexp.train.task_table import compact_metrics, target_suffixes
 from foldexp.validate import plain
 
 __all__ = ["TrainingDiverged", "TrainingRun", "evaluate_split", "fit", "new_progress"]
@@ -150,6 +151,16 @@ class TrainingRun:
     run_log: RunLoggers
     title: str  # the plots' title
     lr_schedule: LRScheduler | None = None  # the learning rate per step (trainer.lr_schedule)
+
+    @property
+    def tasks(self) -> list[str]:
+        """The targets' metric suffixes (``task_table``): per-target metrics have them."""
+        return target_suffixes(self.bundle.info.get("target_names") or [])
+
+    @property
+    def units(self) -> list[str] | None:
+        """Each target's units (``dataset.units``), for the regression plots' axes."""
+        return self.bundle.info.get("target_units")
 
     @property
     def last(self) -> Path:
@@ -338,8 +349,7 @@ def _end_epoch(run: TrainingRun, t_epoch: float) -> None:
         row["epoch_seconds"] = time.perf_counter() - t_epoch
         row = run.book.end_epoch(row)  # every rank takes the same early-stopping decisions
         progress["history"].append(row)
-        floats = ", ".join(f"{k}={v:.4f}" for k, v in row.items() if isinstance(v, float))
-        log.info("epoch %d: %s", epoch, floats)
+        log.info("epoch %d: %s", epoch, compact_metrics(row, run.tasks))
         if progress["best_epoch"] != epoch:
             progress["bad_epochs"] += 1
             if tc.patience and progress["bad_epochs"] >= tc.patience:
@@ -352,4 +362,6 @@ def _end_epoch(run: TrainingRun, t_epoch: float) -> None:
         write_metrics_csv(run.out_dir / "metrics.csv", progress["history"])
         if tc.plots:
             best = progress["best_epoch"]
-            plot_curves(run.out_dir / "metrics.csv", run.out_dir, run.title, best)
+            plot_curves(
+                run.out_dir / "metrics.csv", run.out_dir, run.title, best, run.tasks, run.units
+            )

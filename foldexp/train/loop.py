@@ -63,6 +63,7 @@ from foldexp.train.rundir import claim_run_dir, repair_metrics
 from foldexp.train.runs import RunSetup, prepare_for_training, write_run_info
 from foldexp.train.sampler import example_sizes
 from foldexp.train.sparse_rows import use_sparse_table_gradients
+from foldexp.train.task_table import compact_metrics, write_task_table
 from foldexp.train.threads import run_threads
 from foldexp.validate import ConfigError, check_config, plain
 
@@ -142,9 +143,12 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
     run.run_log.close()
     if ctx.is_main:
         write_json(out_dir / "results.json", results)
+        table = write_task_table(out_dir, results, bundle.info, bundle.test)
+        if len(table) > 3:  # several targets: the table rather than a line of them
+            log.info("test per target (results.md, per_task.csv):\n%s", "\n".join(table))
         log.info("run folder: %s", out_dir)
-    tested = (f"{k}={v:.4f}" for k, v in results.items() if isinstance(v, float))
-    log.info("test: %s", ", ".join(t for t in tested if t.startswith("test_")))
+    tested = {k: v for k, v in results.items() if k.startswith("test_")}
+    log.info("test: %s", compact_metrics(tested, run.tasks, "results.md"))
     return results
 
 
@@ -270,8 +274,16 @@ def _start(
         book=book,
         loaders=loaders,
         run_log=run_log,
-        title=f"{cfg.get('task_name', 'train')} · {out_dir.resolve().name} (seed {cfg.seed})",
+        title=_title(cfg, out_dir),
     )
+
+
+def _title(cfg: DictConfig, out_dir: Path) -> str:
+    """The plots' title: the data (its file, for a dataset read from one), the model, the run."""
+    path = cfg.dataset.get("path") if "path" in cfg.dataset else None
+    data = Path(str(path)).name if path else cfg.dataset.get("name", "data")
+    model = cfg.model.get("name", "model")
+    return f"{data} · {model} · {out_dir.resolve().name} (seed {cfg.seed})"
 
 
 def _resume(
