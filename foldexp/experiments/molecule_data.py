@@ -116,6 +116,8 @@ def _load(
         if path.name in FETCHABLE:
             raise not_found(FETCHABLE[path.name], path)
         raise FileNotFoundError(f"dataset.path={path}: no such file")
+    if cache_dir is not None:  # a folder of the user's is written: say which
+        log.info("featurised molecules are cached in %s (paths.cache_dir)", cache_dir)
     return load_molecule_csv(
         path,
         smiles_column=smiles_column,

@@ -386,3 +386,26 @@ def test_molecule_inputs_never_fail_on_one_bad_smiles() -> None:
     assert graph.smiles == "c1ccccc1" and graph.n_atoms == 6 and not graph.target_mask.any()
     model = WeaveModel(44, 14, 1, atom_size=4, pair_size=3, graph_size=4, mlp_size=4)
     assert model.predict(model.collate([parsed[0][0], graph])).shape == (2, 1)
+
+
+def test_the_featurisation_cache_is_the_users_cache_folder_and_is_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Training created ./data/cache in the working folder without a word."""
+    from foldexp.experiments.build import build_dataset
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("FOLDEXP_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    path = _classification_csv(tmp_path)
+    args = ["experiment=molecules_csv", f"dataset.path={path}", "dataset.targets=[ring]"]
+    cfg = compose_config(args, tmp_path / "run")
+    assert cfg.dataset.cache_dir == str(tmp_path / "xdg" / "foldexp" / "data")
+    with caplog.at_level(logging.INFO, logger="foldexp.experiments.molecule_data"):
+        build_dataset(cfg.dataset)
+    assert f"featurised molecules are cached in {tmp_path / 'xdg'}" in caplog.text
+    assert list(work.iterdir()) == [] and any((tmp_path / "xdg" / "foldexp" / "data").iterdir())
+    monkeypatch.setenv("FOLDEXP_CACHE", str(tmp_path / "mine"))
+    assert compose_config(args, tmp_path / "run").dataset.cache_dir == str(tmp_path / "mine")
