@@ -9,12 +9,15 @@ index exactly once.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TypeVar
 
 import numpy as np
 
 from foldexp.data.errors import FormatError
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "SPLIT_NAMES",
@@ -139,7 +142,8 @@ def column_split(
     (any case) for each example.
 
     A file that names train and test only (as many benchmark files do) gets its dev part drawn
-    from train at random with ``seed``: ``fractions[1] / (fractions[0] + fractions[1])`` of it.
+    from train at random with ``seed``: ``fractions[1] / (fractions[0] + fractions[1])`` of it,
+    with a warning saying so (how many rows, and how to name them instead).
 
     Args:
         labels: Each example's value in the column.
@@ -179,4 +183,10 @@ def column_split(
         chosen = np.random.default_rng(seed).permutation(len(train))[:n_dev]
         dev = np.sort(train[chosen])
         train = np.setdiff1d(train, dev)
+        # said, not done quietly: the user's train rows are fewer than the file's
+        log.warning(
+            "%s names train and test rows only: dev is %d of its %d train rows, drawn at "
+            "random (seed %d; its share from dataset.fractions); to choose them, give those "
+            "rows the value valid (or dev)", where, n_dev, n_dev + len(train), seed,
+        )  # fmt: skip
     return tuple(p.astype(np.int64) for p in (train, dev, test))

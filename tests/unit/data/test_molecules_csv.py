@@ -184,6 +184,22 @@ def test_column_split_train_test_only_draws_dev_from_train_seeded() -> None:
     assert sorted([*train, *dev]) == list(range(18))
 
 
+def test_column_split_says_when_it_draws_dev_from_train(caplog: pytest.LogCaptureFixture) -> None:
+    """It carved dev out of the train rows without a word; a dev value needs no draw."""
+    labels = ["train"] * 18 + ["test"] * 2
+    with caplog.at_level("WARNING", logger="foldexp.data.splits"):
+        column_split(labels, list(range(1, 21)), (0.8, 0.1, 0.1), 3, "f.csv: column 'fold'")
+    assert caplog.messages == [
+        "f.csv: column 'fold' names train and test rows only: dev is 2 of its 18 train rows, "
+        "drawn at random (seed 3; its share from dataset.fractions); to choose them, give those "
+        "rows the value valid (or dev)"
+    ]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="foldexp.data.splits"):
+        parts = column_split(["train", "dev", "test"], [1, 2, 3])
+    assert [p.tolist() for p in parts] == [[0], [1], [2]] and not caplog.messages
+
+
 def test_column_split_refuses_unknown_values_and_missing_parts() -> None:
     with pytest.raises(
         FormatError, match=r"f\.csv: column 'fold': row 7 \(line 8\) says 'holdout'"
