@@ -316,7 +316,7 @@ def _data(argv: list[str]) -> int:
     argv = lead + argv
     from foldexp.data.cli import main as data_main
 
-    return data_main(argv)
+    return data_main(argv, KINDS)
 
 
 def _own_data(argv: list[str]) -> int:

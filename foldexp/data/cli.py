@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 
 from foldexp.data.errors import DataError
 from foldexp.data.fetch import DATASETS
@@ -33,8 +34,10 @@ Offline? Download the file elsewhere, then e.g.:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the ``foldexp data`` argument parser."""
+def build_parser(own_kinds: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """Return the ``foldexp data`` argument parser. ``own_kinds``: the datasets of one's own
+    files (``molecules_csv``, ...) that ``foldexp data stats|import KIND key=value`` reads; the
+    top-level command dispatches them before this parser, which lists them in its help."""
     parser = argparse.ArgumentParser(
         prog="foldexp data",
         description="Fetch, import and inspect the datasets used by foldexp.",
@@ -67,15 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
             "esol, freesolv: the CSV file."
         ),
     )
-    p.add_argument("name", choices=names, help="dataset to import")
-    p.add_argument("path", help="zip file, folder or CSV holding the dataset")
+    p.add_argument("name", choices=[*names, *own_kinds], help=_kinds_help("import", own_kinds))
+    p.add_argument("path", help="zip file, folder or CSV holding the dataset (or KEY=VALUE ...)")
 
     p = commands.add_parser(
         "stats",
         help="print statistics and save histograms",
         description="Print a table of dataset statistics and save histograms as a PNG.",
     )
-    p.add_argument("name", choices=names, help="dataset to describe")
+    p.add_argument("name", choices=[*names, *own_kinds], help=_kinds_help("stats", own_kinds))
     p.add_argument(
         "--out",
         metavar="DIR",
@@ -85,9 +88,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run ``foldexp data`` with ``argv`` (without the leading ``data``); return the exit code."""
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+def _kinds_help(command: str, own_kinds: Sequence[str]) -> str:
+    what = "dataset to describe" if command == "stats" else "dataset to import"
+    if not own_kinds:
+        return what
+    return (
+        f"{what}: a preset ({', '.join(sorted(DATASETS))}), or files of your own "
+        f"({', '.join(own_kinds)}) given as KEY=VALUE, e.g. foldexp data {command} "
+        f"{own_kinds[0]} path=FILE (see foldexp data --help)"
+    )
+
+
+def main(argv: list[str] | None = None, own_kinds: Sequence[str] = ()) -> int:
+    """Run ``foldexp data`` with ``argv`` (without the leading ``data``); return the exit code.
+    ``own_kinds``: listed in the help (``build_parser``)."""
+    args = build_parser(own_kinds).parse_args(sys.argv[1:] if argv is None else argv)
     from foldexp.data import commands  # after parsing, so --help stays instant
 
     try:

@@ -109,3 +109,15 @@ def test_import_quotes_what_it_prints_and_keeps_another_file(
         )
     assert "exists and holds another file" in capsys.readouterr().err
     assert (data_dir / "text_csv" / "energy.csv").read_text() == source.read_text()
+
+
+@pytest.mark.parametrize("command", ["stats", "import"])
+def test_data_stats_help_lists_every_dataset(command: str, capsys: pytest.CaptureFixture) -> None:
+    """``foldexp data stats --help`` listed only sst, esol and freesolv."""
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["data", command, "--help"])
+    assert exit_.value.code == 0
+    usage = " ".join(capsys.readouterr().out.split())
+    for name in ("esol", "freesolv", "sst", "molecules_csv", "trees_ptb", "text_csv"):
+        assert name in usage.split("positional arguments:", 1)[0], name
+    assert f"e.g. foldexp data {command} molecules_csv path=FILE" in usage
