@@ -60,7 +60,8 @@ def test_predict_reproduces_the_runs_test_scores(esol_run, tmp_path: Path) -> No
         np.sqrt(np.mean((predicted - truth) ** 2)), results["test_rmse"], rel_tol=1e-5
     )
     assert math.isclose(np.mean(np.abs(predicted - truth)), results["test_mae"], rel_tol=1e-5)
-    assert (tmp_path / "pred.csv").read_text().splitlines()[0] == f"smiles,{target},error"
+    assert (tmp_path / "pred.csv").read_text().splitlines()[0] == f"smiles,id,{target},error"
+    assert [r["id"] for r in rows] == [str(k) for k in range(len(test))]  # the ID comes through
 
 
 def test_eval_reproduces_the_runs_test_scores(esol_run, tmp_path: Path) -> None:

@@ -76,7 +76,8 @@ def test_an_invalid_input_gets_its_row_and_the_rest_are_predicted(
     assert "C1CC" in rows[1]["error"] and rows[1]["size"] == ""
     assert rows[2]["error"] and rows[3]["error"] == ""
     header = (tmp_path / "out.csv").read_text().splitlines()[0]
-    assert header == "smiles,size,error"
+    assert header == "smiles,input_size,size,error"  # the file's own size comes through too
+    assert [r["input_size"] for r in rows] == ["0.3", "0.4", "0.0", "0.8"]
 
 
 def test_gzip_lines_and_stdin_give_the_same_predictions(
@@ -93,7 +94,8 @@ def test_gzip_lines_and_stdin_give_the_same_predictions(
         again = run_predict(run, source)
         assert [r["size"] for r in again] == [r["size"] for r in plain]
     printed = capsys.readouterr().out.splitlines()
-    assert printed.count("smiles,size,error") == 3 and len(printed) == 3 * 6  # to stdout
+    assert printed.count("smiles,input_size,size,error") == 1  # to stdout: the CSV's columns
+    assert printed.count("smiles,size,error") == 2 and len(printed) == 3 * 6  # lines and stdin
 
 
 def test_semicolon_and_tab_files_and_another_case_of_the_column(
@@ -109,6 +111,19 @@ def test_semicolon_and_tab_files_and_another_case_of_the_column(
         rows = run_predict(run, str(source))
         assert [r["size"] for r in rows] == [r["size"] for r in plain], source.name
     capsys.readouterr()
+
+
+def test_the_inputs_other_columns_come_through(run: Path, tmp_path: Path) -> None:
+    """An ID or name column was dropped: predictions could not be joined back."""
+    source = tmp_path / "ids.csv"
+    source.write_text('id,name,smiles\nM1,"ethanol, dry",CCO\nM2,,C1CC\nM3,benzene,c1ccccc1\n')
+    rows = run_predict(run, str(source), tmp_path / "out.csv")
+    header = (tmp_path / "out.csv").read_text().splitlines()[0]
+    assert header == "smiles,id,name,size,error"
+    assert [(r["id"], r["name"]) for r in rows] == [
+        ("M1", "ethanol, dry"), ("M2", ""), ("M3", "benzene")
+    ]  # fmt: skip
+    assert rows[1]["error"] and rows[1]["size"] == "" and rows[2]["size"] != ""
 
 
 def test_a_csv_without_the_column_or_with_a_ragged_row_is_refused(
