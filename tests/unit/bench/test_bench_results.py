@@ -100,3 +100,34 @@ def test_paired_ratios_are_missing_without_a_manual_case() -> None:
     rec = _rows("dynamic", 4, [1.0, 2.0]) + _rows("full_dynamic", 4, [1.0, 2.0])
     t = table1_summary(to_frame(rec, {}), "inference")
     assert math.isnan(t.loc[4, "cost_ratio_paired"])
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_the_ratio_figure_compares_with_the_papers_figures_of_its_own_mode(
+    mode: str, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """The training figure drew the paper's inference columns as if they were training's."""
+    from foldexp.bench import plots
+
+    summary = pd.DataFrame(
+        {"manual_tree": [0.5, 0.1], "dynamic_tree": [0.4, 0.1], "full_tree": [0.4, 0.1],
+         "cost_ratio": [1.2, 1.5], "speedup_ratio": [1.2, 5.0],
+         "speedup_node": [float("nan")] * 2},
+        index=[1, 16],
+    )  # fmt: skip
+    monkeypatch.setattr(plots, "table1_summary", lambda df, m: summary)
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
+    plots.plot_table1(pd.DataFrame(), mode, tmp_path)
+    cost, speedup = figures[1].axes
+    labels = {ln.get_label() for ax in (cost, speedup) for ln in ax.get_lines()}
+    if mode == "inference":
+        assert {"paper CPU", "paper GPU"} <= labels
+    else:
+        assert not {"paper CPU", "paper GPU"} & labels
+        paper = [ln for ln in cost.get_lines() if ln.get_label().startswith("paper, training")]
+        assert len(paper) == 1 and set(paper[0].get_ydata()) == {1.6}
+        assert "the paper gives none for training" in speedup.get_title()
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
