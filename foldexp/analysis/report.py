@@ -80,6 +80,14 @@ def _markdown(frame: pd.DataFrame) -> str:
     return markdown_frame(frame).to_markdown(index=False, floatfmt=".4f")
 
 
+def _title(df: pd.DataFrame, metric: str, dirs: Sequence[str | Path]) -> str:
+    """What the plot compares: the folders, the experiments, the metric and the runs' count."""
+    folders = ", ".join(Path(d).resolve().name for d in dirs)
+    if "experiment" in df.columns:
+        folders += " · " + ", ".join(sorted({str(e) for e in df["experiment"].dropna()}))
+    return textwrap.shorten(f"{folders}: {metric}, {len(df)} runs", 110, placeholder=" …")
+
+
 def run_report(
     dirs: Sequence[str | Path],
     metric: str = "test_accuracy",
@@ -133,6 +141,7 @@ def run_report(
     fig, ax = plt.subplots(figsize=(10, 0.25 * lines + 0.3 * len(labels) + 1.2))
     ax.barh(labels, summary["mean"], xerr=summary["std"].fillna(0), color="tab:blue", alpha=0.8)
     ax.set_xlabel(f"{metric} (mean ± std over seeds)")
+    ax.set_title(_title(df, metric, dirs), fontsize=10)
     atomic_write(
         out / "report.png",
         lambda tmp: fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight"),

@@ -21,12 +21,26 @@ def _run(root: Path, name: str, seed: int, acc: float, overrides: list[str]) -> 
     write_text(d / "results.json", json.dumps(results), checksum=True)  # as a run writes it
 
 
-def test_report_sorts_summarises_and_draws_long_labels(tmp_path: Path) -> None:
+def test_report_sorts_summarises_and_draws_long_labels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     long = "dataset.word_vectors=/a/very/long/path/to/some/glove/vectors/glove.6B.50d.txt.gz"
     _run(tmp_path, "0", 1, 0.48, [long, "seed=1"])
     _run(tmp_path, "1", 2, 0.50, [long, "seed=2"])
     _run(tmp_path, "2", 1, 0.40, ["model.hidden_size=8", "seed=1"])
+    import matplotlib.figure
+
+    titles: list[str] = []
+    savefig = matplotlib.figure.Figure.savefig
+
+    def keep(fig, target, **kw):  # type: ignore[no-untyped-def]
+        titles.extend(ax.get_title() for ax in fig.axes)
+        return savefig(fig, target, **kw)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
     df = run_report([tmp_path], metric="test_accuracy")  # warnings are errors in this suite
+    # the plot says what it compares (it had no title)
+    assert titles == [f"{tmp_path.name} · sst_treelstm: test_accuracy, 3 runs"]
     assert df["test_accuracy"].tolist() == [0.50, 0.48, 0.40]
     summary = pd.read_csv(tmp_path / "summary.csv")
     assert summary["count"].tolist() == [2, 1]
