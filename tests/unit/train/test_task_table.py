@@ -139,3 +139,13 @@ def test_a_multi_target_run_logs_means_and_ends_with_the_table(
         "loss.png", "per_task.png", "prc_auc.png", "roc_auc.png"
     ]  # fmt: skip
     assert (run / "results.md").is_file() and (run / "per_task.csv").is_file()
+
+
+def test_the_curves_title_names_the_data_file_and_the_model(tmp_path: Path) -> None:
+    """It named the experiment: every molecules_csv run read the same."""
+    from foldexp.train.loop import _title
+
+    cfg = compose_config(["experiment=molecules_csv", f"dataset.path={tmp_path / 'tox21.csv.gz'}",
+                          "dataset.targets=[NR-AR]"], tmp_path / "run")  # fmt: skip
+    assert _title(cfg, tmp_path / "run") == "tox21.csv.gz · weave · run (seed 0)"
+    assert _title(compose_config([], tmp_path / "r"), tmp_path / "r").startswith("calculator · ")
