@@ -106,6 +106,7 @@ _MODEL_SCHEMAS = (
     schemas.AttentionModelConfig,
     schemas.ChildSumTreeLSTMModelConfig,
     schemas.CalcDecodeModelConfig,
+    schemas.DMPNNModelConfig,
 )
 #: Each registered optimizer's schema: its keys are what its YAML file may set.
 _OPTIMIZER_SCHEMAS: dict[str, type] = {
@@ -131,6 +132,7 @@ _EXAMPLES: dict[type, str] = {
     schemas.ChildSumTreeLSTMModelConfig: "trees",
     schemas.SequenceLSTMModelConfig: "sentences",
     schemas.WeaveModelConfig: "molecules",
+    schemas.DMPNNModelConfig: "molecules",
     schemas.AttentionModelConfig: "sequences of numbers",
 }
 

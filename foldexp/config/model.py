@@ -27,6 +27,7 @@ __all__ = [
     "AttentionScore",
     "CalcDecodeModelConfig",
     "ChildSumTreeLSTMModelConfig",
+    "DMPNNModelConfig",
     "EmbeddingOptimizer",
     "Pooling",
     "SequenceLSTMModelConfig",
@@ -128,6 +129,19 @@ class WeaveModelConfig:
     mlp_size: int = width(128)  # hidden width of the read-out MLP after pooling
     pool: Pooling = Pooling.sum  # sum | mean over a molecule's atoms
     dropout: float = probability(0.0)  # dropout on the pooled vector and the MLP's hidden layer
+
+
+@dataclass
+class DMPNNModelConfig:
+    """``model=dmpnn``: chemprop's directed message passing (``foldexp.models.dmpnn``)."""
+
+    # the model class (regression or classification: the dataset says)
+    _target_: str = "foldexp.models.dmpnn.DMPNNModel"
+    name: str = "dmpnn"  # shown in results
+    hidden_size: int = width(300)  # bond and atom state width (chemprop's default)
+    depth: int = ranged(3, gt=0, le=MAX_LAYERS)  # message-passing steps, the first included
+    ffn_layers: int = ranged(2, gt=0, le=MAX_LAYERS)  # read-out layers after the sum over atoms
+    dropout: float = probability(0.0)  # on bond and atom states and the read-out's inputs
 
 
 @dataclass

@@ -21,6 +21,7 @@ from foldexp.config.model import (
     AttentionModelConfig,
     CalcDecodeModelConfig,
     ChildSumTreeLSTMModelConfig,
+    DMPNNModelConfig,
     SequenceLSTMModelConfig,
     TreeLSTMModelConfig,
     WeaveModelConfig,
@@ -63,6 +64,7 @@ def register_configs() -> None:
     cs.store(group="dataset", name="marked_sequences_schema", node=MarkedSequencesDataConfig)
     cs.store(group="model", name="seq_lstm_schema", node=SequenceLSTMModelConfig)
     cs.store(group="model", name="weave_schema", node=WeaveModelConfig)
+    cs.store(group="model", name="dmpnn_schema", node=DMPNNModelConfig)
     cs.store(group="model", name="ff_attention_schema", node=AttentionModelConfig)
     cs.store(group="dataset", name="trees_ptb_schema", node=TreesPTBDataConfig)
     cs.store(group="dataset", name="text_csv_schema", node=TextCSVDataConfig)

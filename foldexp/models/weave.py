@@ -50,6 +50,7 @@ __all__ = [
     "WeaveModel",
     "WeaveRegressor",
     "MoleculeBatch",
+    "MoleculeTaskModel",
     "target_suffixes",
 ]
 
@@ -142,41 +143,22 @@ def target_suffixes(names: Sequence[str]) -> list[str]:
     return [s if plain.count(s) == 1 else f"{s}_{k}" for k, s in enumerate(plain)]
 
 
-class WeaveModel(nn.Module):
-    """Weave graph convolution predicting molecular properties: regression or classification.
+class MoleculeTaskModel(nn.Module):
+    """What every molecule model shares (``task`` comes from the dataset's ``info``): the
+    masked losses, the metrics, predictions in original units. A subclass calls
+    ``_init_targets`` in its constructor and defines ``collate`` (a batch with ``targets``,
+    ``mask`` and ``size``) and ``_outputs(batch)`` (``(B, T)`` raw outputs: standardised targets
+    or logits)."""
 
-    Args:
-        atom_features, pair_features, num_targets: sizes (from ``bundle.info``).
-        target_mean, target_std: per-target statistics of the training split (regression); the
-            network predicts standardised targets and metrics are reported in original units.
-        task: ``regression`` or ``classification`` (one binary task per target).
-        target_names: the targets' names (prediction columns, per-target metrics).
-        pos_weight: classification: each task's weight of a positive label in the loss
-            (e.g. negatives / positives on train); ``None``: 1.
-        layers, atom_size, pair_size, graph_size, mlp_size, pool, dropout: see
-            :func:`weave_network`.
-    """
-
-    def __init__(
+    def _init_targets(
         self,
-        atom_features: int,
-        pair_features: int,
-        num_targets: int = 1,
-        target_mean: Sequence[float] | None = None,
-        target_std: Sequence[float] | None = None,
-        layers: int = 2,
-        atom_size: int = 50,
-        pair_size: int = 50,
-        graph_size: int = 128,
-        mlp_size: int = 128,
-        pool: str = "sum",
-        dropout: float = 0.0,
-        name: str = "weave",
-        task: str = "regression",
-        target_names: Sequence[str] | None = None,
-        pos_weight: Sequence[float] | None = None,
+        num_targets: int,
+        target_mean: Sequence[float] | None,
+        target_std: Sequence[float] | None,
+        task: str,
+        target_names: Sequence[str] | None,
+        pos_weight: Sequence[float] | None,
     ) -> None:
-        super().__init__()
         if task not in TASKS:
             raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
         self.task = task
@@ -188,20 +170,6 @@ class WeaveModel(nn.Module):
         if len(self.target_names) != num_targets:
             raise ValueError(f"{len(self.target_names)} target_names for num_targets={num_targets}")
         self._suffixes = target_suffixes(self.target_names)
-        net = weave_network(
-            atom_features,
-            pair_features,
-            num_targets,
-            layers,
-            atom_size,
-            pair_size,
-            graph_size,
-            mlp_size,
-            pool,
-            dropout,
-        )
-        # Molecules are immutable and recur every epoch: trace each one once.
-        self.compiler = Compiler(net, cache_traces=True)
         mean = torch.zeros(num_targets) if target_mean is None else torch.tensor(target_mean)
         std = torch.ones(num_targets) if target_std is None else torch.tensor(target_std)
         # Buffers: saved in checkpoints with the weights, moved with the model.
@@ -211,15 +179,12 @@ class WeaveModel(nn.Module):
             weight = torch.ones(num_targets) if pos_weight is None else torch.tensor(pos_weight)
             self.register_buffer("pos_weight", weight.float().reshape(num_targets))
 
-    def collate(self, molecules: Sequence[Any]) -> MoleculeBatch:
-        """Traces and schedules a batch (safe to call in DataLoader workers)."""
-        targets = torch.stack([torch.as_tensor(m.targets, dtype=torch.float32) for m in molecules])
-        mask = torch.stack([torch.as_tensor(m.target_mask, dtype=torch.bool) for m in molecules])
-        return MoleculeBatch(self.compiler.build(molecules), targets, mask, len(molecules))
+    def _outputs(self, batch: Any) -> torch.Tensor:
+        raise NotImplementedError
 
-    def predict(self, batch: MoleculeBatch) -> torch.Tensor:
+    def predict(self, batch: Any) -> torch.Tensor:
         """``(B, T)``: targets in their original units, or each task's positive probability."""
-        z = self.compiler.run(batch.plan)
+        z = self._outputs(batch)
         if self.task == "classification":
             return torch.sigmoid(z)
         return z * self.target_std + self.target_mean
@@ -234,9 +199,9 @@ class WeaveModel(nn.Module):
         """The dev metric that picks the best epoch (``trainer.select_metric=auto``)."""
         return ("roc_auc", "max") if self.task == "classification" else ("rmse", "min")
 
-    def forward(self, batch: MoleculeBatch) -> dict[str, torch.Tensor]:
+    def forward(self, batch: Any) -> dict[str, torch.Tensor]:
         """The masked loss of the task, and the statistics ``summarize`` turns into metrics."""
-        z = self.compiler.run(batch.plan)
+        z = self._outputs(batch)
         targets = batch.targets.to(z.device)
         mask = batch.mask.to(z.device)
         if self.task == "classification":
@@ -321,6 +286,67 @@ class WeaveModel(nn.Module):
                 metrics[f"roc_auc_{suffix}"] = roc
                 metrics[f"prc_auc_{suffix}"] = prc
         return metrics
+
+
+class WeaveModel(MoleculeTaskModel):
+    """Weave graph convolution predicting molecular properties: regression or classification.
+
+    Args:
+        atom_features, pair_features, num_targets: sizes (from ``bundle.info``).
+        target_mean, target_std: per-target statistics of the training split (regression); the
+            network predicts standardised targets and metrics are reported in original units.
+        task: ``regression`` or ``classification`` (one binary task per target).
+        target_names: the targets' names (prediction columns, per-target metrics).
+        pos_weight: classification: each task's weight of a positive label in the loss
+            (e.g. negatives / positives on train); ``None``: 1.
+        layers, atom_size, pair_size, graph_size, mlp_size, pool, dropout: see
+            :func:`weave_network`.
+    """
+
+    def __init__(
+        self,
+        atom_features: int,
+        pair_features: int,
+        num_targets: int = 1,
+        target_mean: Sequence[float] | None = None,
+        target_std: Sequence[float] | None = None,
+        layers: int = 2,
+        atom_size: int = 50,
+        pair_size: int = 50,
+        graph_size: int = 128,
+        mlp_size: int = 128,
+        pool: str = "sum",
+        dropout: float = 0.0,
+        name: str = "weave",
+        task: str = "regression",
+        target_names: Sequence[str] | None = None,
+        pos_weight: Sequence[float] | None = None,
+    ) -> None:
+        super().__init__()
+        self._init_targets(num_targets, target_mean, target_std, task, target_names, pos_weight)
+        net = weave_network(
+            atom_features,
+            pair_features,
+            num_targets,
+            layers,
+            atom_size,
+            pair_size,
+            graph_size,
+            mlp_size,
+            pool,
+            dropout,
+        )
+        # Molecules are immutable and recur every epoch: trace each one once.
+        self.compiler = Compiler(net, cache_traces=True)
+
+    def collate(self, molecules: Sequence[Any]) -> MoleculeBatch:
+        """Traces and schedules a batch (safe to call in DataLoader workers)."""
+        targets = torch.stack([torch.as_tensor(m.targets, dtype=torch.float32) for m in molecules])
+        mask = torch.stack([torch.as_tensor(m.target_mask, dtype=torch.bool) for m in molecules])
+        return MoleculeBatch(self.compiler.build(molecules), targets, mask, len(molecules))
+
+    def _outputs(self, batch: MoleculeBatch) -> torch.Tensor:
+        return self.compiler.run(batch.plan)
 
 
 #: The former name (regression only then); the same class.

@@ -15,6 +15,7 @@ import torch
 import foldexp.blocks as fb
 from foldexp.data import NO_LABEL
 from foldexp.experiments import datasets
+from foldexp.experiments.build import build_model
 from foldexp.experiments.molecule_data import molecules_csv
 from foldexp.models import paper
 from foldexp.models.attention import AttentionRegressor, attention_network
@@ -116,7 +117,7 @@ def test_experiment_composes_and_instantiates(name: str, tiny_data: Path, tmp_pa
     assert cfg.task_name == name
     bundle = instantiate(cfg.dataset, _convert_="all")
     assert bundle.train and bundle.dev and bundle.test
-    model = instantiate(cfg.model, **bundle.info, _convert_="all")
+    model = build_model(cfg.model, bundle.info)  # the info entries its constructor names
     batch = model.collate(bundle.train[:3])
     out = model(batch)
     assert out["loss"].dim() == 0 and torch.isfinite(out["loss"])
