@@ -132,15 +132,17 @@ def _load(
 
 def _choose_task(dataset: MoleculeDataset, n: int, trained: Mapping[str, Any] | None) -> str:
     """``dataset.task=auto``: a trained run's task (``foldexp eval``), else classification when
-    every label of the first ``n`` molecules is 0 or 1 (empty = missing), regression otherwise;
-    the choice and how to override it are logged, so that a toxicity file of 0/1 columns never
-    trains as regression without a word."""
+    every label of the first ``n`` molecules is 0 or 1 (empty = missing) and both occur,
+    regression otherwise (a column of 1.0 alone is a constant, not a class); the choice and how
+    to override it are logged, so that a toxicity file of 0/1 columns never trains as
+    regression without a word."""
     if trained is not None and trained.get("task") in ("regression", "classification"):
         return str(trained["task"])
     targets, mask = dataset.targets[:n], dataset.target_mask[:n]
     other = np.argwhere(mask & (targets != 0) & (targets != 1))
-    if len(other) or not mask.any():
-        why = "no label at all"
+    both = bool((mask & (targets == 0)).any() and (mask & (targets == 1)).any())
+    if len(other) or not both:
+        why = "the labels are all 0 or all 1" if mask.any() else "no label at all"
         if len(other):
             i, k = other[0]
             why = f"column {dataset.target_names[k]!r} holds {targets[i, k]:g}, not only 0 and 1"

@@ -199,6 +199,13 @@ def test_task_auto_by_default_chooses_classification_for_0_1_columns_and_says_so
         bundle = _build(_regression_csv(tmp_path), targets=["logp", "size"], smiles_column="SMILES")
     assert bundle.info["task"] == "regression"
     assert "dataset.task=auto: training regression (column 'logp' holds -1" in caplog.text
+    # a column of one value is a constant, not two classes
+    constant = tmp_path / "ones.csv"
+    constant.write_text("smiles,y\n" + "".join(f"{s},1.0\n" for s in ["CCO", "CCN", "CCC"]))
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="foldexp.experiments.molecule_data"):
+        assert _build(constant, targets=["y"], fractions=[1, 0, 0]).info["task"] == "regression"
+    assert "training regression (the labels are all 0 or all 1)" in caplog.text
     # a trained run's task wins (foldexp eval of a file whose labels happen to be 0/1)
     trained = {"task": "regression"}
     path = _classification_csv(tmp_path)
