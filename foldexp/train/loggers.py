@@ -3,7 +3,9 @@
 ``logger=csv`` (the default) writes ``metrics.csv`` every epoch and draws the learning curves
 from it; ``logger=tensorboard`` writes TensorBoard event files under ``<run>/tensorboard``
 (the training loss every ``log_every_n_steps`` steps, every epoch's metrics, the config as
-text); ``logger=[csv,tensorboard]`` does both and ``logger=none`` neither (``results.json`` and
+text, and at the end the run's config keys and final scores as TensorBoard HParams data, so
+that the jobs of a multirun compare in its HParams view: ``tensorboard --logdir SWEEP_DIR``);
+``logger=[csv,tensorboard]`` does both and ``logger=none`` neither (``results.json`` and
 the checkpoints are written in any case). ``ProgressLog`` writes a line every
 ``trainer.log_every_s`` seconds inside an epoch when stderr is not a terminal (a batch job's log
 file), where tqdm's bar (``progress_bar``) is silent, so a log is never quiet for minutes.
@@ -52,8 +54,38 @@ class _TensorBoard:
                 self.writer.add_scalar(tag, value, row["epoch"])
         self.writer.flush()
 
+    def results(self, results: Mapping[str, Any]) -> None:
+        """The run's config keys (numbers, strings, booleans: ``optimizer.lr``) and its final
+        scores (``best_<select>``, ``test_*``) as one HParams session of this folder."""
+        config = _flat(results.get("config") or {})
+        hparams = {k: v for k, v in config.items() if not k.startswith(("paths.", "hydra."))}
+        scores = {
+            f"hparam/{k}": float(v)
+            for k, v in results.items()
+            if (k.startswith(("test_", "best_")) or k == "best_epoch")
+            and isinstance(v, (int, float))
+            and not isinstance(v, bool)
+        }
+        self.writer.add_hparams(hparams, scores, run_name=".")
+        self.writer.flush()
+
     def close(self) -> None:
         self.writer.close()
+
+
+def _flat(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"optimizer": {"lr": 0.1}}`` → ``{"optimizer.lr": 0.1}``: scalars only (HParams takes
+    numbers, strings and booleans; a list is written as its text)."""
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{name}."))
+        elif isinstance(value, (bool, int, float, str)):
+            out[name] = value
+        elif isinstance(value, (list, tuple)):
+            out[name] = str(list(value))
+    return out
 
 
 class RunLoggers:
@@ -74,6 +106,10 @@ class RunLoggers:
     def epoch(self, row: Mapping[str, Any]) -> None:
         if self.board is not None:
             self.board.epoch(row)
+
+    def results(self, results: Mapping[str, Any]) -> None:
+        if self.board is not None:
+            self.board.results(results)
 
     def close(self) -> None:
         if self.board is not None:

@@ -140,6 +140,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
     results = _test(run, started)
 
     run.loaders.close()
+    run.run_log.results(results)  # TensorBoard's HParams: this run's config and scores
     run.run_log.close()
     if ctx.is_main:
         write_json(out_dir / "results.json", results)

@@ -92,3 +92,33 @@ def test_curves_name_the_run_mark_the_best_epoch_and_log_the_loss(
         assert "best (epoch 1)" in [t.get_text() for t in ax.get_legend().get_texts()]
     for fig in figures:
         real_close(fig)
+
+
+def test_tensorboard_gets_each_runs_config_and_scores_as_hparams(tmp_path: Path) -> None:
+    """A multirun browsed in TensorBoard's HParams view: each job writes its own session."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    for lr in (0.05, 0.1):
+        cfg = compose_config(
+            [*TINY, "logger=tensorboard", f"optimizer.lr={lr}"], tmp_path / str(lr)
+        )
+        results = run_train(cfg)
+        sessions = []
+        for path in (tmp_path / str(lr) / "tensorboard").glob("events.*"):
+            for event in EventFileLoader(str(path)).Load():
+                for value in event.summary.value:
+                    if value.metadata.plugin_data.plugin_name == "hparams":
+                        data = plugin_data_pb2.HParamsPluginData.FromString(
+                            value.metadata.plugin_data.content
+                        )
+                        sessions.append(data)
+        starts = [s.session_start_info for s in sessions if s.HasField("session_start_info")]
+        assert len(starts) == 1
+        hparams = starts[0].hparams
+        assert hparams["optimizer.lr"].number_value == pytest.approx(lr)
+        assert hparams["model.hidden_size"].number_value == 8
+        assert hparams["dataset.name"].string_value == "calculator"
+        experiment = [s.experiment for s in sessions if s.HasField("experiment")]
+        metrics = {m.name.tag for m in experiment[0].metric_infos}
+        assert {"hparam/test_accuracy", f"hparam/best_{results['select_metric']}"} <= metrics
