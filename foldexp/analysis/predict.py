@@ -4,14 +4,15 @@ INPUT is a CSV or CSV.gz holding the run's input column (its SMILES or text colu
 ``--column``; comma, tab or semicolon separated, found as training finds it), a PTB file (one
 tree a line) for tree models, calculator expressions (``(2+3)*4``, one a line) for calculator
 runs, a plain text file with one input a line (a blank line is an empty input: rows follow the
-file's lines), or ``-`` for standard input. The output has the input, then one column per
-target or class (``prediction_columns()``: values in the targets' units, or class
-probabilities), then ``error`` (``predict_error`` if a target has that name): an input
-that cannot be read (an invalid SMILES, a malformed tree, a molecule past the run's size
-limits) gets a row with its error and empty predictions, never a failure of the whole file. A
-CSV without the column, or with a record wider than its header, is refused as a whole. Text
-cells that a spreadsheet would run as a formula are written behind a quote
-(``foldexp.data.cells``).
+file's lines), or ``-`` for standard input. The output has the input, then the CSV's other
+columns as they are (an ID or a name comes through; one whose name a prediction column has is
+``input_<name>``), then one column per target or class (``prediction_columns()``: values in
+the targets' units, or class probabilities), then ``error`` (``predict_error`` if a target
+has that name): an input that cannot be read (an invalid SMILES, a malformed tree, a molecule
+past the run's size limits) gets a row with its error and empty predictions, never a failure
+of the whole file. A CSV without the column, or with a record wider than its header, is
+refused as a whole. Text cells that a spreadsheet would run as a formula are written behind a
+quote (``foldexp.data.cells``).
 
 The input is streamed (``stream_predict``): read ``CHUNK_INPUTS`` inputs (or ``CHUNK_BYTES``)
 at a time, predicted, and their rows written before the next chunk is read, so memory stays
@@ -54,8 +55,9 @@ __all__ = [
 Parsed = list[tuple[Any | None, str | None]]
 #: Texts of inputs and their line numbers → ``(example, None)`` or ``(None, why)`` each.
 Parser = Callable[[list[str], list[int]], Parsed]
-#: One input: its text, the line it starts on, and why it cannot be read (``None``: it can).
-Item = tuple[str, int, str | None]
+#: One input: its text, the line it starts on, why it cannot be read (``None``: it can), and the
+#: cells of its CSV's other columns (an ID, a name: they come through to the output).
+Item = tuple[str, int, str | None, tuple[str, ...]]
 
 MAX_LINE_BYTES = 8 << 20  # a longer line is its row's error (a 10,000-level tree is ~60 KB)
 CHUNK_BYTES = 16 << 20  # at most this much input text is held at once (plus one line)
@@ -120,12 +122,15 @@ def read_inputs(path: str, column: str | None) -> tuple[str, list[str]]:
     """``(column name, inputs)`` of ``path``, every input in memory (``input_items`` streams
     them; a line too long to read is an empty input here)."""
     with _open(path) as stream:
-        name, items = input_items(stream, _source(path), column)
-        return name, [value for value, _, _ in items]
+        name, _, items = input_items(stream, _source(path), column)
+        return name, [item[0] for item in items]
 
 
-def input_items(stream: IO[Any], source: str, column: str | None) -> tuple[str, Iterator[Item]]:
-    """``(column name, inputs)`` of a stream, the inputs read as they are consumed.
+def input_items(
+    stream: IO[Any], source: str, column: str | None
+) -> tuple[str, list[str], Iterator[Item]]:
+    """``(column name, the CSV's other columns, inputs)`` of a stream, the inputs read as they
+    are consumed (a file of one input a line has no other columns).
 
     With ``column`` (a molecule or text run): a CSV whose header names it (exactly, or in another
     case when one name alone matches), its separator found as training finds it (comma, tab or
@@ -152,7 +157,7 @@ def input_items(stream: IO[Any], source: str, column: str | None) -> tuple[str, 
         found = _csv_items(source, peeked, lines, column)
         if found is not None:
             return found
-    return column or "input", _line_items(lines, source)
+    return column or "input", [], _line_items(lines, source)
 
 
 def _too_long(source: str, number: int) -> str:
@@ -170,12 +175,12 @@ def _line_items(lines: Iterable[tuple[int, str | None]], source: str) -> Iterato
         if line is not None and not line.strip():
             blanks.append(number)
             continue
-        yield from (("", k, None) for k in blanks)
+        yield from (("", k, None, ()) for k in blanks)
         blanks = []
         yield (
-            ("", number, _too_long(source, number))
+            ("", number, _too_long(source, number), ())
             if line is None
-            else (line.strip(), number, None)
+            else (line.strip(), number, None, ())
         )
 
 
@@ -184,9 +189,9 @@ def _csv_items(
     peeked: list[tuple[int, str | None]],
     lines: Iterator[tuple[int, str | None]],
     column: str,
-) -> tuple[str, Iterator[Item]] | None:
-    """``column`` of the lines read as a CSV; ``None`` when they are not a CSV with a header
-    (a list of inputs, one a line)."""
+) -> tuple[str, list[str], Iterator[Item]] | None:
+    """``column`` of the lines read as a CSV, and its other columns; ``None`` when they are
+    not a CSV with a header (a list of inputs, one a line)."""
     sample = [line or "" for _, line in peeked]
     header_line = sample[0].rstrip("\r\n") if sample else ""
     rows = [x.rstrip("\r\n") for x in sample[1:] if x.strip()][:_SAMPLE]
@@ -207,7 +212,8 @@ def _csv_items(
     allow_fields(MAX_LINE_BYTES)  # a field as long as a line: the line limit is the one
     reader = csv.reader(_marked_lines(lines), delimiter=delimiter)
     next(reader, None)  # the header, read above
-    return header[index], _records(source, reader, header, index, delimiter)
+    others = [name for j, name in enumerate(header) if j != index]
+    return header[index], others, _records(source, reader, header, index, delimiter)
 
 
 _TOO_LONG = "\ufffe\ufffe foldexp: line too long \ufffe\ufffe"  # stands for a skipped line
@@ -225,14 +231,15 @@ def _records(
     try:
         for record in reader:
             if any(_TOO_LONG in cell for cell in record):
-                yield "", start, _too_long(source, start)
+                yield "", start, _too_long(source, start), ("",) * (len(header) - 1)
             elif any(cell.strip() for cell in record):  # a blank record holds no input
                 if len(record) != len(header):
                     raise ValueError(
                         f"{source}:{start}: {len(record)} fields, but the header has "
                         f"{len(header)}; quote a field that holds {delimiter!r}"
                     )
-                yield record[index].strip(), start, None
+                kept = tuple(cell for j, cell in enumerate(record) if j != index)
+                yield record[index].strip(), start, None, kept
             start = reader.line_num + 1
     except csv.Error as exc:
         raise ValueError(f"{source}:{reader.line_num}: not valid CSV: {exc}") from None
@@ -315,18 +322,19 @@ def _chunks(items: Iterator[Item]) -> Iterator[list[Item]]:
 def _predict_chunk(
     run: TrainedRun, parse: Parser, chunk: list[Item], width: int, batch_size: int
 ) -> list[list[Any]]:
-    """The output rows of ``chunk``: the input, ``width`` predictions (or blanks), the error."""
-    readable = [k for k, (_, _, error) in enumerate(chunk) if error is None]
+    """The output rows of ``chunk``: the input, its other cells, ``width`` predictions (or
+    blanks), the error."""
+    readable = [k for k, item in enumerate(chunk) if item[2] is None]
     parsed = parse([chunk[k][0] for k in readable], [chunk[k][1] for k in readable])
-    outcomes: list[Any] = [error for _, _, error in chunk]
+    outcomes: list[Any] = [item[2] for item in chunk]
     for k, outcome in zip(readable, _predict_all(run, parsed, batch_size), strict=True):
         outcomes[k] = outcome
     rows = []
-    for (value, _, _), outcome in zip(chunk, outcomes, strict=True):
+    for (value, _, _, kept), outcome in zip(chunk, outcomes, strict=True):
         if isinstance(outcome, list):
-            rows.append([value, *outcome, ""])
+            rows.append([value, *kept, *outcome, ""])
         else:
-            rows.append([value, *([""] * width), outcome or "unreadable input"])
+            rows.append([value, *kept, *([""] * width), outcome or "unreadable input"])
     return rows
 
 
@@ -359,8 +367,10 @@ def stream_predict(
 
     def write(out: IO[str]) -> None:
         with _open(input_path) as stream:
-            name, items = input_items(stream, source, column or run_column)
-            header = [name, *columns, _free_name("error", [name, *columns])]
+            name, kept, items = input_items(stream, source, column or run_column)
+            # the file's own columns come through, renamed where a prediction has the name
+            kept = [f"input_{k}" if k in columns or k == name else k for k in kept]
+            header = [name, *kept, *columns, _free_name("error", [name, *kept, *columns])]
             writer = csv.writer(out, lineterminator="\n")
             writer.writerow(spreadsheet_row(header))
             bar = tqdm(desc="predict", unit="input", disable=not _show(progress))
