@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from foldexp.data.cells import markdown_cell, spreadsheet_row
 from foldexp.models.weave import target_suffixes
 from foldexp.train.artifacts import write_text
 
@@ -103,9 +104,10 @@ def write_task_table(
     mean = ["mean", "", ""] + [_cell(results.get(f"test_{m}")) for m in metrics]
     table = [header, *rows, *([mean] if len(names) > 1 else [])]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in table[1:]]
+    # target names come from the data file's header: cells that break neither table
+    lines += ["| " + " | ".join(markdown_cell(c) for c in r) + " |" for r in table[1:]]
     text = io.StringIO()
-    csv.writer(text, lineterminator="\n").writerows(table)
+    csv.writer(text, lineterminator="\n").writerows(spreadsheet_row(r) for r in table)
     write_text(out_dir / "per_task.csv", text.getvalue())
     title = f"# Test scores per target (best epoch {results.get('best_epoch')})\n\n"
     write_text(out_dir / "results.md", title + "\n".join(lines) + "\n")

@@ -68,6 +68,15 @@ def test_the_table_counts_each_targets_labelled_and_positive_test_molecules(
     assert "| SR-p53 | 2 | 1 | 0.7500 |  |" in (tmp_path / "results.md").read_text()
 
 
+def test_target_names_from_the_file_break_neither_table(tmp_path: Path) -> None:
+    test = [_molecule([1, 0]), _molecule([0, 1])]
+    info = {"task": "classification", "target_names": ["=HYPERLINK(x)", "a|b"]}
+    write_task_table(tmp_path, {"test_roc_auc": 1.0}, info, test)
+    rows = list(csv.reader((tmp_path / "per_task.csv").read_text().splitlines()))
+    assert rows[1][0] == "'=HYPERLINK(x)" and rows[2][0] == "a|b"
+    assert "| a\\|b | 2 | 1 |" in (tmp_path / "results.md").read_text()
+
+
 def test_a_regression_table_carries_the_units(tmp_path: Path) -> None:
     test = [_molecule([1.5]), _molecule([-2.0])]
     info = {"task": "regression", "target_names": ["expt"], "target_units": ["kcal/mol"]}
