@@ -14,12 +14,12 @@ and the field, before the field reaches torch, numpy or the run:
   consistency with the run's config (epochs, batches per epoch);
 * ``check_rng``: each generator's state, tried on a scratch generator of its kind;
 * ``check_state_fits``: the model's, the parameter average's and the optimizer's state against
-  the tensors they will be copied into (names, shapes, dtypes kinds, the optimizer's groups).
+  the tensors they will be copied into (names, shapes, dtypes kinds; the optimizer's groups
+  and per-parameter state in ``optimizer_checks``).
 """
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -294,49 +294,6 @@ def _check_ema(path: Path, saved: Any, ema: Any) -> None:
         raise _refuse(path, "ema.steps", "is not a count")
 
 
-def _check_optimizer(path: Path, field: str, saved: Any, optimizer: Any) -> None:
-    """One torch optimizer's state: its groups hold as many parameters as ours, and every
-    per-parameter tensor is a scalar or of its parameter's shape."""
-    groups = optimizer.param_groups
-    if not isinstance(saved, Mapping) or not isinstance(saved.get("param_groups"), list):
-        raise _refuse(path, field, "is not an optimizer's state")
-    if len(saved["param_groups"]) != len(groups):
-        raise _refuse(
-            path,
-            f"{field}.param_groups",
-            f"has {len(saved['param_groups'])} groups, not {len(groups)}",
-        )
-    params: dict[Any, torch.Tensor] = {}
-    for k, (theirs, mine) in enumerate(zip(saved["param_groups"], groups)):
-        ids = theirs.get("params") if isinstance(theirs, Mapping) else None
-        if not isinstance(ids, list) or len(ids) != len(mine["params"]):
-            raise _refuse(
-                path, f"{field}.param_groups[{k}]", "does not hold this model's parameters"
-            )
-        if not all(_is_int(i) for i in ids) or len(set(ids) | set(params)) != len(ids) + len(
-            params
-        ):
-            raise _refuse(path, f"{field}.param_groups[{k}].params", "are not distinct integers")
-        params.update(zip(ids, mine["params"]))
-    state = saved.get("state", {})
-    if not isinstance(state, Mapping):
-        raise _refuse(path, f"{field}.state", "is not a mapping")
-    for pid, entry in state.items():
-        if pid not in params or not isinstance(entry, Mapping):
-            raise _refuse(path, f"{field}.state[{pid!r}]", "belongs to no parameter")
-        for key, value in entry.items():
-            if isinstance(value, torch.Tensor) and value.dim() and value.shape != params[pid].shape:
-                raise _refuse(
-                    path,
-                    f"{field}.state[{pid}].{key}",
-                    f"has shape {list(value.shape)} but its parameter {list(params[pid].shape)}",
-                )
-            if not (isinstance(value, torch.Tensor) or _is_number(value) or value is None):
-                raise _refuse(path, f"{field}.state[{pid}].{key}", "is not a number or a tensor")
-            if isinstance(value, torch.Tensor) and not value.dim() and not math.isfinite(value):
-                raise _refuse(path, f"{field}.state[{pid}].{key}", "is not finite")
-
-
 def check_state_fits(
     path: Path,
     payload: Mapping[str, Any],
@@ -346,18 +303,20 @@ def check_state_fits(
 ) -> None:
     """Refuses a payload whose model, optimizer or ``states`` (the parameter average) would
     not fit this run's, before any of it is copied in."""
+    from foldexp.train.optimizer_checks import check_optimizer  # (it uses this module's helpers)
+
     _check_same(path, "model", payload.get("model"), model.state_dict())
     if optimizer is not None:
         saved = payload.get("optimizer")
         parts = getattr(optimizer, "optimizers", None)
         if parts is None:
-            _check_optimizer(path, "optimizer", saved, optimizer)
+            check_optimizer(path, "optimizer", saved, optimizer)
         else:  # an OptimizerSet: one state per optimizer
             listed = saved.get("optimizers") if isinstance(saved, Mapping) else None
             if not isinstance(listed, list) or len(listed) != len(parts):
                 raise _refuse(path, "optimizer", f"does not hold {len(parts)} optimizers' states")
             for k, (theirs, opt) in enumerate(zip(listed, parts)):
-                _check_optimizer(path, f"optimizer.optimizers[{k}]", theirs, opt)
+                check_optimizer(path, f"optimizer.optimizers[{k}]", theirs, opt)
     for name, obj in (states or {}).items():
         if name == "ema" and name in payload:
             _check_ema(path, payload[name], obj)

@@ -245,8 +245,9 @@ def _adam_state(payload: dict[str, Any]) -> dict[str, Any]:
     [
         (lambda: torch.zeros(1).expand(10**6, 10**6), "stride 0"),
         (lambda: torch.zeros(3, 5), "has shape [3, 5] but its parameter"),
+        (lambda: torch.tensor(1.0), "has shape [] but its parameter"),  # SIGSEGV before
     ],
-    ids=["stride0", "misshaped"],
+    ids=["stride0", "misshaped", "scalar"],
 )
 def test_crafted_optimizer_state_is_refused_before_torch_sees_it(
     tiny: list[str], run: Path, crafted: Callable[[], torch.Tensor], says: str
@@ -264,6 +265,38 @@ def test_crafted_optimizer_state_is_refused_before_torch_sees_it(
     assert "Traceback" not in proc.stderr
     line = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
     assert len(line) == 1 and str(last) in line[0] and "exp_avg" in line[0] and says in line[0]
+
+
+def _first_group(payload: dict[str, Any]) -> dict[str, Any]:
+    return payload["optimizer"]["param_groups"][0]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda p: _adam_state(p).pop("exp_avg"), "exp_avg is missing"),
+        (lambda p: _adam_state(p).update(step=torch.zeros(24, 4)), "step is not a count"),
+        (lambda p: _adam_state(p).update(exp_avg=torch.zeros(24, 4).long()), "exp_avg is torch"),
+        (lambda p: _first_group(p).update(lr="x"), "lr is not a finite number"),
+        (lambda p: _first_group(p).update(betas=(0.9,)), "betas is not 2 finite numbers"),
+        (lambda p: _first_group(p).update(amsgrad=True), "amsgrad is not this run's False"),
+        (lambda p: _first_group(p).update(differentiable=True), "differentiable is not"),
+    ],
+    ids=["no-exp_avg", "step-vector", "int-exp_avg", "lr-text", "betas", "amsgrad", "diff"],
+)
+def test_crafted_optimizer_entries_and_settings_are_one_line(
+    tiny: list[str],
+    run: Path,
+    capsys: pytest.CaptureFixture[str],
+    change: Callable[[dict[str, Any]], None],
+    field: str,
+) -> None:
+    """Each failed inside torch's step with a multi-screen traceback (or, for the integer
+    ``exp_avg``, trained on): torch copies a saved group's settings over the optimizer's."""
+    last = run / "checkpoints" / "last.pt"
+    _craft(last, change)
+    line = _one_line_exit_2(capsys, _resume(tiny, run))
+    assert str(last) in line and field in line, line
 
 
 # ---------------------------------------------------------------------- row 8: run_info counts
