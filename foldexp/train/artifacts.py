@@ -30,11 +30,13 @@ when writes that must follow it fail (``best.pt`` before its epoch's ``last.pt``
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -155,7 +157,7 @@ def _read_sidecar(path: Path) -> list[str] | None:
     """The hashes ``path``'s sidecar accepts (current first); ``None`` when it has none."""
     sidecar = checksum_path(path)
     try:
-        text = sidecar.read_text(encoding="ascii")
+        text = _read_small(sidecar).decode("ascii")
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
@@ -166,6 +168,25 @@ def _read_sidecar(path: Path) -> list[str] | None:
     if not hashes or not all(_HEX.match(h) for h in hashes):
         raise CorruptFileError(f"{sidecar}: not a sha256 checksum file; {path} cannot be checked")
     return hashes
+
+
+_SIDECAR_BYTES = 4096  # two sha256sum lines, with room for a long file name
+
+
+def _read_small(path: Path) -> bytes:
+    """A sidecar's bytes, read as an untrusted file may need: a FIFO put at its name must not
+    block (opened non-blocking), nor a link to ``/dev/zero`` fill the memory (a regular file
+    only, of at most ``_SIDECAR_BYTES``)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        data = os.read(fd, _SIDECAR_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > _SIDECAR_BYTES:
+        raise OSError(errno.EFBIG, f"larger than {_SIDECAR_BYTES} bytes")
+    return data
 
 
 def _previous_hash(path: Path) -> list[str]:

@@ -1,0 +1,66 @@
+"""A sidecar is itself an untrusted file: a FIFO or a link to ``/dev/zero`` put at its name
+costs one line and exit status 2, never a hang or the machine's memory.
+
+Before ``artifacts._read_small`` the sidecar was read whole by name: ``foldexp predict`` waited
+on a FIFO for ever, and read ``/dev/zero`` until memory ran out. Each command runs in a child
+process under a timeout and a memory cap, so the old behaviour fails the test, not the run.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _dev_zero(path: Path) -> None:
+    path.symlink_to("/dev/zero")
+
+
+def _cap_memory() -> None:
+    cap = 3 * 2**30
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs")
+@pytest.mark.parametrize(
+    ("target", "command"),
+    [("checkpoints/best.pt", "predict"), ("run_info.json", "predict"), ("results.json", "report")],
+)
+@pytest.mark.parametrize("plant", [_fifo, _dev_zero], ids=["fifo", "dev-zero"])
+def test_a_sidecar_that_is_no_plain_file_is_refused_at_once(
+    run: Path, tmp_path: Path, target: str, command: str, plant: Callable[[Path], None]
+) -> None:
+    sidecar = run / f"{target}.sha256"
+    sidecar.unlink()
+    plant(sidecar)
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("(1 (2 3) (4 5))\n")
+    argv = [str(run), str(inputs)] if command == "predict" else [str(run)]
+    env = {k: v for k, v in os.environ.items() if k != "FOLDEXP_TRACEBACK"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "foldexp.cli", command, *argv],
+        capture_output=True, text=True, env=env, timeout=60, preexec_fn=_cap_memory,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and sidecar.name in err[0] and "--trust-unverified" in err[0], err
+    assert "out of memory" not in err[0]
+
+
+def test_an_oversized_sidecar_is_not_a_checksum_file(run: Path) -> None:
+    from foldexp.train.artifacts import CorruptFileError, verify_file
+
+    sidecar = run / "results.json.sha256"
+    sidecar.write_text(sidecar.read_text() + "#" * 10_000)
+    with pytest.raises(CorruptFileError, match="larger than 4096 bytes"):
+        verify_file(run / "results.json")
