@@ -70,6 +70,10 @@ def _walk(value: Any, name: str, depth: int = 0) -> Iterator[tuple[str, torch.Te
 def _layout_problem(t: torch.Tensor) -> str | None:
     """Why ``t`` is not a plain tensor (dense, not overlapping, its storage exactly its
     elements), or ``None``."""
+    if t.is_meta:  # torch fails copying out of one, with a multi-screen traceback
+        return "is a meta tensor: it holds no values"
+    if t.is_quantized or t.is_complex():  # refused by the copy, or cast losing half of it
+        return f"is {t.dtype}, not a type foldexp saves"
     if t.layout != torch.strided:
         return f"has layout {t.layout}, not strided"
     if t.storage_offset() != 0:

@@ -235,6 +235,38 @@ def test_stride_0_weights_cost_no_memory_under_a_cap(run: Path) -> None:
     assert len(err) == 1 and "stride 0" in err[0] and "out of memory" not in err[0]
 
 
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda t: torch.empty(t.shape, device="meta"), "is a meta tensor"),
+        (lambda t: torch.quantize_per_tensor(t, 0.1, 0, torch.qint8), "is torch.qint8"),
+        (lambda t: t.to(torch.complex64), "is torch.complex64"),
+    ],
+    ids=["meta", "quantized", "complex"],
+)
+# (the crafting's warning; and the loading's, which the CLI shows, not raises)
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
+@pytest.mark.filterwarnings("ignore:TypedStorage is deprecated:UserWarning")
+def test_weights_of_a_kind_foldexp_never_saves_are_one_line(
+    run: Path,
+    inputs: Path,
+    capsys: pytest.CaptureFixture[str],
+    make: Callable[[torch.Tensor], torch.Tensor],
+    says: str,
+) -> None:
+    """Each passed the layout check: a meta or quantized tensor then failed in
+    ``load_state_dict`` with a traceback, a complex one was cast with a warning, losing half."""
+    best = run / "checkpoints" / "best.pt"
+
+    def change(payload: dict[str, Any]) -> None:
+        name = next(iter(payload["model"]))
+        payload["model"][name] = make(payload["model"][name])
+
+    _craft(best, change)
+    line = _one_line_exit_2(capsys, ["predict", str(run), str(inputs)])
+    assert str(best) in line and says in line, line
+
+
 def _adam_state(payload: dict[str, Any]) -> dict[str, Any]:
     state = payload["optimizer"]["state"]
     return state[min(state)]
