@@ -21,6 +21,7 @@ and the field, before the field reaches torch, numpy or the run:
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,9 @@ __all__ = [
 # A progress record's integer fields and the smallest value each may take.
 _COUNTS = {"epoch": 0, "batch": 0, "step": 0, "best_epoch": -1, "bad_epochs": 0, "epoch_n": 0}
 _MAX_STOPPED = 1000  # characters of the reason a run stopped
+# A history column's name: ``epoch``, ``train_loss``, ``dev_roc_auc_NR-AR``... A name starting
+# with ``=``, ``+``, ``-`` or ``@`` would be a formula in ``metrics.csv``'s header.
+_COLUMN = re.compile(r"[A-Za-z_][^\x00-\x1f\x7f]{0,199}")
 
 
 def _refuse(path: Path, field: str, what: str) -> CorruptFileError:
@@ -136,14 +140,17 @@ def _is_number(value: Any) -> bool:
 
 
 def _check_history(path: Path, history: Any) -> None:
-    """History rows: mappings of column names to numbers (what ``metrics.csv`` is made of)."""
+    """History rows: mappings of column names (``_COLUMN``) to numbers (what ``metrics.csv`` is
+    made of)."""
     if not isinstance(history, list):
         raise _refuse(path, "progress.history", f"is a {type(history).__name__}, not a list")
     for k, row in enumerate(history):
         if not isinstance(row, dict):
             raise _refuse(path, f"progress.history[{k}]", "is not a row of named numbers")
         for key, value in row.items():
-            if not isinstance(key, str) or not (_is_number(value) or value is None):
+            if not isinstance(key, str) or not _COLUMN.fullmatch(key):
+                raise _refuse(path, f"progress.history[{k}]", f"has a column {key!r:.60}")
+            if not (_is_number(value) or value is None):
                 raise _refuse(
                     path, f"progress.history[{k}][{key!r}]", f"is {value!r:.60}, not a number"
                 )

@@ -176,6 +176,18 @@ def test_a_formula_in_the_history_never_reaches_metrics_csv(
     assert not (run / "metrics.csv").exists()
 
 
+def test_a_formula_as_a_history_column_never_reaches_metrics_csv(
+    tiny: list[str], run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The column's name, not its value: it became ``metrics.csv``'s header cell."""
+    last = run / "checkpoints" / "last.pt"
+    _craft(last, lambda p: p["progress"]["history"][0].update({"=cmd|' /C calc'!A0": 1.0}))
+    (run / "metrics.csv").unlink()  # the resume would rewrite it from the history
+    line = _one_line_exit_2(capsys, _resume(tiny, run))
+    assert "progress.history[0]" in line and "has a column" in line
+    assert not (run / "metrics.csv").exists()
+
+
 # ---------------------------------------------------------------------- rows 7 and 9: tensors
 
 
