@@ -241,6 +241,8 @@ def _numpy_state(state: Any) -> tuple[Any, ...]:
         raise ValueError("its keys are not 624 integers")
     if not all(_is_int(v) for v in (pos, has_gauss)) or not _is_number(cached):
         raise ValueError("its position, flag or cached value is not a number")
+    if not 0 <= pos <= 624:  # numpy reads keys[pos] unchecked: past 624 it dies of SIGSEGV
+        raise ValueError(f"its position {pos} is not in 0..624")
     return (kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached)
 
 

@@ -371,10 +371,11 @@ def test_an_absurd_class_count_in_run_info_is_refused_before_any_list(
     [
         ("numpy", lambda s: s.__setitem__(1, torch.zeros(3, dtype=torch.int64))),
         ("numpy", lambda s: s.__setitem__(0, "NOSUCH")),
+        ("numpy", lambda s: s.__setitem__(2, 10**9)),  # numpy's own check: SIGSEGV
         ("torch", lambda s: s.resize_(7)),
         ("python", lambda s: s.__setitem__(1, (1, 2))),
     ],
-    ids=["numpy-keys", "numpy-kind", "torch", "python"],
+    ids=["numpy-keys", "numpy-kind", "numpy-pos", "torch", "python"],
 )
 def test_a_broken_rng_state_is_one_line(
     tiny: list[str],
