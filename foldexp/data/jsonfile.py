@@ -42,3 +42,7 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         raise FormatError(
             f"{path}:{exc.lineno}:{exc.colno}: expected valid JSON: {exc.msg}"
         ) from None
+    except RecursionError:  # ``[[[[...`` a hundred thousand deep: crafted, not written
+        raise FormatError(
+            f"{path}: expected JSON, found arrays or objects nested too deep"
+        ) from None

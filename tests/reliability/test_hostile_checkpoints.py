@@ -346,6 +346,21 @@ def test_crafted_optimizer_entries_and_settings_are_one_line(
 # ---------------------------------------------------------------------- row 8: run_info counts
 
 
+@pytest.mark.parametrize(
+    ("name", "command"), [("run_info.json", "predict"), ("results.json", "report")]
+)
+def test_json_nested_too_deep_is_one_line(
+    run: Path, inputs: Path, capsys: pytest.CaptureFixture[str], name: str, command: str
+) -> None:
+    """A RecursionError's traceback from ``json.loads`` before."""
+    path = run / name
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    _reseal(path)
+    argv = [command, str(run)] + ([str(inputs)] if command == "predict" else [])
+    line = _one_line_exit_2(capsys, argv)
+    assert str(path) in line and "nested too deep" in line
+
+
 def test_an_absurd_class_count_in_run_info_is_refused_before_any_list(
     run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
