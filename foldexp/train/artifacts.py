@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -59,6 +59,7 @@ __all__ = [
     "checksum_path",
     "file_mode",
     "file_sha256",
+    "open_regular",
     "plot_curves",
     "restorable",
     "read_verified_json",
@@ -146,10 +147,17 @@ def checksum_path(path: str | os.PathLike[str]) -> Path:
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
+        return _sha256(f)
+
+
+def _sha256(f: BinaryIO) -> str:
+    """The sha256 of ``f``'s contents from its start; ``f`` is left at its start again."""
+    digest = hashlib.sha256()
+    f.seek(0)
+    for block in iter(lambda: f.read(1 << 20), b""):
+        digest.update(block)
+    f.seek(0)
     return digest.hexdigest()
 
 
@@ -206,8 +214,12 @@ def _write_sidecar(path: Path, digest: str, previous: list[str]) -> None:
     atomic_write(checksum_path(path), lambda tmp: Path(tmp).write_text(text, encoding="ascii"))
 
 
-def verify_file(path: str | os.PathLike[str], advice: str = "") -> bool:
-    """Checks ``path`` against its ``.sha256`` sidecar.
+def verify_file(
+    path: str | os.PathLike[str], advice: str = "", opened: BinaryIO | None = None
+) -> bool:
+    """Checks ``path`` against its ``.sha256`` sidecar; with ``opened`` (``path`` open for
+    reading), the contents checked are that handle's, which the caller then reads: a file
+    swapped in between cannot be read unchecked (``open_regular`` opens it).
 
     Returns ``True`` when it matches. Raises ``FileNotFoundError`` for a missing file and
     ``CorruptFileError`` for a file without a sidecar, or an empty or changed one, its message
@@ -221,7 +233,7 @@ def verify_file(path: str | os.PathLike[str], advice: str = "") -> bool:
         accepted = _read_sidecar(path)
     except CorruptFileError as exc:
         return _unverified(path, f"cannot be verified ({exc})", advice)
-    size = path.stat().st_size
+    size = os.fstat(opened.fileno()).st_size if opened else path.stat().st_size
     if accepted is None:
         return _unverified(
             path,
@@ -229,7 +241,7 @@ def verify_file(path: str | os.PathLike[str], advice: str = "") -> bool:
             "someone, or written before foldexp stored checksums)",
             advice,
         )
-    digest = file_sha256(path)
+    digest = _sha256(opened) if opened else file_sha256(path)
     if digest not in accepted:
         what = "is empty (0 bytes)" if size == 0 else f"does not match its checksum ({size} bytes)"
         return _unverified(
@@ -239,6 +251,17 @@ def verify_file(path: str | os.PathLike[str], advice: str = "") -> bool:
             advice,
         )
     return True
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading as it is now: never blocking on a FIFO put at its name,
+    and refused (``FileNotFoundError``) unless it is a regular file."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FileNotFoundError(f"{path}: no such file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def read_verified_json(path: str | os.PathLike[str], advice: str = "") -> Any:

@@ -34,7 +34,7 @@ import torch
 from omegaconf import DictConfig
 
 from foldexp.train import distributed as dd
-from foldexp.train.artifacts import CorruptFileError, atomic_write, verify_file
+from foldexp.train.artifacts import CorruptFileError, atomic_write, open_regular, verify_file
 from foldexp.train.checkpoint_checks import (
     ProgressLimits,
     check_progress,
@@ -185,10 +185,14 @@ def read_checkpoint(
     ``CorruptFileError`` (message ending with ``advice``) if it is damaged or lacks a ``need``
     entry."""
     path = Path(path)
-    verify_file(path, advice)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except (PermissionError, IsADirectoryError):
+        # One opening: the bytes verified are the bytes loaded, whatever is renamed onto path
+        with open_regular(path) as f:
+            verify_file(path, advice, f)
+            payload = torch.load(f, map_location="cpu", weights_only=True)
+    except (PermissionError, IsADirectoryError, FileNotFoundError, CorruptFileError):
         raise  # the file is fine, access is not
     except MemoryError:
         raise  # the machine's limits, not the file's

@@ -64,3 +64,28 @@ def test_an_oversized_sidecar_is_not_a_checksum_file(run: Path) -> None:
     sidecar.write_text(sidecar.read_text() + "#" * 10_000)
     with pytest.raises(CorruptFileError, match="larger than 4096 bytes"):
         verify_file(run / "results.json")
+
+
+def test_a_checkpoint_swapped_after_its_check_is_not_what_loads(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file verified is the file loaded: before, ``read_checkpoint`` hashed ``best.pt``,
+    then opened it again by name, so one renamed onto it in between loaded unchecked."""
+    import torch
+
+    from foldexp.train import checkpoint
+
+    best = run / "checkpoints" / "best.pt"
+    original = torch.load(best, weights_only=True)["model"]
+    other = run / "other.pt"
+    torch.save({"model": {k: v + 1 for k, v in original.items()}}, other)
+    real = checkpoint.verify_file
+
+    def verify_then_swap(*args: object, **kwargs: object) -> bool:
+        verified = real(*args, **kwargs)
+        os.replace(other, best)  # the swap, after the check
+        return verified
+
+    monkeypatch.setattr(checkpoint, "verify_file", verify_then_swap)
+    loaded = checkpoint.read_checkpoint(best, need=("model",))["model"]
+    assert all(torch.equal(loaded[k], original[k]) for k in original)
