@@ -292,7 +292,11 @@ def build_fitting_model(
     shapes = _meta_shapes(model_cfg, info)
     if shapes is not None:
         _check_fit(shapes, saved, weights, source)
-    model = build_model(model_cfg, info)
+    try:
+        model = build_model(model_cfg, info)
+    except TypeError as exc:  # the file's info lacks what the model takes (num_classes...)
+        detail = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise ConfigError(f"{source}: its model cannot be built from its info ({detail})") from None
     _check_fit({k: tuple(v.shape) for k, v in model.state_dict().items()}, saved, weights, source)
     model.load_state_dict(state)
     return model

@@ -346,6 +346,19 @@ def test_crafted_optimizer_entries_and_settings_are_one_line(
 # ---------------------------------------------------------------------- row 8: run_info counts
 
 
+def test_run_info_without_the_counts_the_model_takes_is_one_line(
+    run: Path, inputs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An emptied ``info``: a TypeError's traceback from the model's constructor before."""
+    path = run / "run_info.json"
+    saved = json.loads(path.read_text())
+    saved["info"] = {}
+    path.write_text(json.dumps(saved))
+    _reseal(path)
+    line = _one_line_exit_2(capsys, ["predict", str(run), str(inputs)])
+    assert str(path) in line and "cannot be built from its info" in line and "num_classes" in line
+
+
 @pytest.mark.parametrize(
     ("name", "command"), [("run_info.json", "predict"), ("results.json", "report")]
 )
