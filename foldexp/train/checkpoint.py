@@ -341,4 +341,6 @@ def load_best(ctx: dd.DistContext, path: Path, model: torch.nn.Module) -> None:
         load_checkpoint(path, model, restore_rng=False)
         return
     best = read_checkpoint(path)["model"] if ctx.is_main else None
-    model.load_state_dict(dd.broadcast(ctx, best))
+    best = dd.broadcast(ctx, best)
+    check_state_fits(path, {"model": best}, model)  # on every rank: they raise together
+    model.load_state_dict(best)

@@ -279,6 +279,24 @@ def test_weights_of_a_kind_foldexp_never_saves_are_one_line(
     assert str(best) in line and says in line, line
 
 
+def test_a_misshapen_best_pt_under_ddp_is_refused_naming_the_field(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``load_best``'s DDP branch copied the broadcast weights in unchecked: a RuntimeError
+    traceback from ``load_state_dict`` on every rank. (Two ranks faked: the broadcast is rank 0's
+    own object.)"""
+    from foldexp.train import checkpoint
+    from foldexp.train import distributed as dd
+
+    best = run / "checkpoints" / "best.pt"
+    model = runs.load_trained(run).model
+    first = next(iter(model.state_dict()))
+    _craft(best, lambda p: p["model"].update({first: torch.zeros(3, 5)}))
+    monkeypatch.setattr(dd, "broadcast", lambda ctx, obj, src=0: obj)
+    with pytest.raises(checkpoint.CorruptFileError, match=r"model\.\S+ has shape \[3, 5\]"):
+        checkpoint.load_best(dd.DistContext(rank=0, world_size=2), best, model)
+
+
 def _adam_state(payload: dict[str, Any]) -> dict[str, Any]:
     state = payload["optimizer"]["state"]
     return state[min(state)]
