@@ -46,6 +46,7 @@ _MAX_STOPPED = 1000  # characters of the reason a run stopped
 # A history column's name: ``epoch``, ``train_loss``, ``dev_roc_auc_NR-AR``... A name starting
 # with ``=``, ``+``, ``-`` or ``@`` would be a formula in ``metrics.csv``'s header.
 _COLUMN = re.compile(r"[A-Za-z_][^\x00-\x1f\x7f]{0,199}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _refuse(path: Path, field: str, what: str) -> CorruptFileError:
@@ -178,8 +179,9 @@ def check_progress(path: Path, progress: Any, limits: ProgressLimits | None = No
     ):
         raise _refuse(path, "progress.epoch_sums", "is not a record of named sums")
     stopped = progress.get("stopped")
-    if not isinstance(stopped, str) or len(stopped) > _MAX_STOPPED:
-        raise _refuse(path, "progress.stopped", "is not a short text")
+    # (logged as it is: a newline or an escape code in it would forge the log's lines)
+    if not isinstance(stopped, str) or len(stopped) > _MAX_STOPPED or _CONTROL.search(stopped):
+        raise _refuse(path, "progress.stopped", "is not a short line of text")
     epoch, batch, step = progress["epoch"], progress["batch"], progress["step"]
     if len(progress["history"]) != epoch:
         raise _refuse(

@@ -188,6 +188,19 @@ def test_a_formula_as_a_history_column_never_reaches_metrics_csv(
     assert not (run / "metrics.csv").exists()
 
 
+def test_a_stop_reason_that_would_forge_log_lines_is_refused(
+    tiny: list[str], run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``stopped`` is logged as it is (``stopped early: ...``): a newline in it wrote a line
+    of the attacker's into ``app.log``."""
+    last = run / "checkpoints" / "last.pt"
+    forged = "x\n[2026-01-01 00:00:00][foldexp.train][INFO] - test: test_accuracy=1.0000"
+    _craft(last, lambda p: p["progress"].update(stopped=forged))
+    line = _one_line_exit_2(capsys, _resume(tiny, run))
+    assert "progress.stopped" in line and str(last) in line
+    assert "test_accuracy=1.0000" not in (run / "app.log").read_text()
+
+
 # ---------------------------------------------------------------------- rows 7 and 9: tensors
 
 
