@@ -168,8 +168,8 @@ def test_training_treats_a_molecule_past_a_size_limit_as_an_invalid_row(tmp_path
         "size limit): row 2 (line 3): a molecule of 10,000 atoms, more than dataset.max_atoms="
         "1000; row 4 (line 5): a SMILES of 30,000 characters, more than "
         "dataset.max_smiles_chars=20000; row 5 (line 6): a field longer than the CSV reader's "
-        "limit of 131,072 characters (dataset.max_smiles_chars raises it); fix them or pass "
-        "on_invalid='skip'"
+        "limit of 131,072 characters (dataset.max_smiles_chars raises it); fix them, or drop "
+        "these 3 of the 6 rows with dataset.on_invalid=skip (on_invalid='skip' in Python)"
     )
     with pytest.warns(UserWarning, match=r"3 invalid SMILES .*skipped"):  # on_invalid=skip
         kept = load_molecule_csv(path, target_columns="y", on_invalid="skip")
