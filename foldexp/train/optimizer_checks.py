@@ -70,6 +70,11 @@ def _check_group(
             fault = None if plain or _setting_fault(value, 0.0) is None else "is not a number"
         if fault is not None:
             raise _refuse(path, f"{field}.{key}", f"{fault} ({value!r:.40})")
+    # torch takes the saved group in place of ours, and ``step()`` reads every setting: one
+    # left out (``lr``) is a KeyError traceback at the first step after the resume.
+    missing = sorted(k for k in mine if k not in theirs and k != "params" and k not in _ROUTES)
+    if missing:
+        raise _refuse(path, f"{field}.{missing[0]}", "is missing")
 
 
 def _step_fault(value: Any) -> str | None:

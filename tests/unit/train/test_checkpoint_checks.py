@@ -58,3 +58,29 @@ def test_a_fresh_position_and_the_states_of_this_process_pass() -> None:
 def test_limits_count_batches_as_the_sampler_does() -> None:
     assert ProgressLimits.of(3, 10, 4) == ProgressLimits(3, 3)
     assert ProgressLimits.of(3, 10, 4, limit=2) == ProgressLimits(3, 2)
+
+
+@pytest.mark.parametrize(
+    ("make", "key"),
+    [
+        (lambda ps: torch.optim.Adam(ps, lr=0.1), "lr"),
+        (lambda ps: torch.optim.Adam(ps, lr=0.1), "betas"),
+        (lambda ps: torch.optim.Adagrad(ps, lr=0.1), "lr_decay"),
+        (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), "momentum"),
+    ],
+    ids=["adam-lr", "adam-betas", "adagrad-lr_decay", "sgd-momentum"],
+)
+def test_an_optimizer_group_without_a_setting_is_refused(make, key: str) -> None:
+    """torch puts the saved group in place of ours: a setting left out of it would be a
+    KeyError traceback at the first step after the resume, not a line naming it."""
+    from foldexp.train.optimizer_checks import check_optimizer
+
+    param = torch.nn.Parameter(torch.ones(3))
+    optimizer = make([param])
+    param.grad = torch.ones(3)
+    optimizer.step()
+    saved = optimizer.state_dict()
+    check_optimizer(PATH, "optimizer", saved, optimizer)  # as written: accepted
+    del saved["param_groups"][0][key]
+    with pytest.raises(CorruptFileError, match=rf"optimizer\.param_groups\[0\]\.{key} is missing"):
+        check_optimizer(PATH, "optimizer", saved, optimizer)
