@@ -274,6 +274,15 @@ def check_rng(path: Path, rng: Any, field: str = "rng") -> None:
         isinstance(t, torch.Tensor) and t.dtype == torch.uint8 and t.dim() == 1 for t in cuda
     ):
         raise _refuse(path, f"{field}.cuda", "is not a list of byte tensors")
+    for k, state in enumerate(cuda):
+        # torch's CUDA generator takes its seed (8 bytes) and offset (8 more), or the seed
+        # alone; any other size is a "RNG state is wrong size" RuntimeError mid-resume.
+        if state.numel() not in (8, 16):
+            raise _refuse(
+                path,
+                f"{field}.cuda[{k}]",
+                f"holds {state.numel()} bytes, not a CUDA generator's 16",
+            )
 
 
 # ---------------------------------------------------------------------- states and their owners

@@ -84,3 +84,14 @@ def test_an_optimizer_group_without_a_setting_is_refused(make, key: str) -> None
     del saved["param_groups"][0][key]
     with pytest.raises(CorruptFileError, match=rf"optimizer\.param_groups\[0\]\.{key} is missing"):
         check_optimizer(PATH, "optimizer", saved, optimizer)
+
+
+@pytest.mark.parametrize("size", [0, 5, 17, 4096])
+def test_a_cuda_generator_state_of_the_wrong_size_is_refused(size: int) -> None:
+    """torch's CUDA generator refuses a state that is not its 16 bytes (or 8) with a
+    RuntimeError, which a resume on a GPU met as a traceback after the weights were loaded."""
+    rng = rng_state()
+    check_rng(PATH, {**rng, "cuda": [torch.zeros(16, dtype=torch.uint8)]})  # a real one's size
+    with pytest.raises(CorruptFileError, match=rf"rng\.cuda\[1\] holds {size} bytes"):
+        good, bad = torch.zeros(16, dtype=torch.uint8), torch.zeros(size, dtype=torch.uint8)
+        check_rng(PATH, {**rng, "cuda": [good, bad]})
