@@ -86,8 +86,8 @@ def cgroup_cpus(root: Path = _CGROUP_ROOT, proc: Path = Path("/proc/self/cgroup"
             mount = next(
                 (root / n for n in (controllers, "cpu", "cpu,cpuacct") if (root / n).is_dir()), None
             )
-            if mount is not None:  # a container sees its own cgroup as the mount's root
-                quotas += [_quota_v1(mount / rel), _quota_v1(mount)]
+            if mount is not None:  # (a container sees its own cgroup as the mount's root)
+                quotas += [_quota_v1(mount / f) for f in (rel, *rel.parents)]
     return _lowest(quotas)
 
 

@@ -48,6 +48,17 @@ def test_cgroup_v1_quota_and_none(tmp_path: Path) -> None:
     assert cgroup_cpus(tmp_path / "none", tmp_path / "no_such_file") is None
 
 
+def test_cgroup_v1_quota_of_a_parent_counts(tmp_path: Path) -> None:
+    """A quota set on a job's cgroup binds the step inside it, in v1 as in v2."""
+    v1 = {
+        "cpu,cpuacct/job/cpu.cfs_quota_us": "200000",
+        "cpu,cpuacct/job/cpu.cfs_period_us": "100000",
+        "cpu,cpuacct/job/step/cpu.cfs_quota_us": "-1",
+        "cpu,cpuacct/job/step/cpu.cfs_period_us": "100000",
+    }
+    assert _cgroup(tmp_path, "4:cpu,cpuacct:/job/step", v1) == 2.0
+
+
 def test_available_cpus_takes_the_affinity_capped_by_the_quota(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
