@@ -252,7 +252,13 @@ def parse_expression(text: str) -> Tree:
     def sum_of_products() -> Tree:
         return chain("+-", lambda: chain("*", operand))
 
-    tree = sum_of_products()
+    try:
+        tree = sum_of_products()
+    except RecursionError:  # a few hundred nested parentheses: this input's error, no other's
+        raise ValueError(
+            f"not a calculator expression: parentheses nested too deep in {text[:40]!r}… "
+            f"({len(text):,} characters)"
+        ) from None
     if pos != len(tokens):
         raise fail("unexpected")
     return tree

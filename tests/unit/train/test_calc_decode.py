@@ -40,6 +40,14 @@ def test_expressions_parse_with_precedence_and_refuse_what_is_not_one() -> None:
             parse_expression(bad)
 
 
+def test_deeply_nested_parentheses_are_that_input_error_not_a_traceback() -> None:
+    """``foldexp predict`` turns a ``ValueError`` into the row's error; a ``RecursionError``
+    ended the whole command with a traceback, every other row lost."""
+    assert evaluate(parse_expression("(" * 60 + "7" + ")" * 60)) == 7
+    with pytest.raises(ValueError, match="parentheses nested too deep"):
+        parse_expression("(" * 2000 + "1" + ")" * 2000)
+
+
 def test_value_tokens_round_trip() -> None:
     for value in [0, 7, -36, 43046721]:
         tokens = value_tokens(value)
