@@ -79,7 +79,9 @@ def _check_group(
 
 def _step_fault(value: Any) -> str | None:
     if isinstance(value, torch.Tensor):
-        if value.dim() or value.is_complex() or not math.isfinite(value) or value < 0:
+        # (a bool step passes the rest, then fails torch's ``step += 1`` with a traceback)
+        bad = value.dim() or value.is_complex() or value.dtype == torch.bool
+        if bad or not math.isfinite(value) or value < 0:
             return "is not a count (a single finite number >= 0)"
         return None
     return None if _is_number(value) and math.isfinite(value) and value >= 0 else "is not a count"

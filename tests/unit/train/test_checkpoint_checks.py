@@ -95,3 +95,20 @@ def test_a_cuda_generator_state_of_the_wrong_size_is_refused(size: int) -> None:
     with pytest.raises(CorruptFileError, match=rf"rng\.cuda\[1\] holds {size} bytes"):
         good, bad = torch.zeros(16, dtype=torch.uint8), torch.zeros(size, dtype=torch.uint8)
         check_rng(PATH, {**rng, "cuda": [good, bad]})
+
+
+@pytest.mark.parametrize(
+    "step", [torch.tensor(True), torch.tensor([1.0, 2.0]), torch.tensor(-1.0), torch.tensor(1j)]
+)
+def test_an_adam_step_that_is_not_a_count_is_refused(step: torch.Tensor) -> None:
+    """A 0-d bool ``step`` passed, then failed Adam's ``step += 1`` with a traceback."""
+    from foldexp.train.optimizer_checks import check_optimizer
+
+    param = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.Adam([param], lr=0.1)
+    param.grad = torch.ones(3)
+    optimizer.step()
+    saved = optimizer.state_dict()
+    saved["state"][0]["step"] = step
+    with pytest.raises(CorruptFileError, match=r"optimizer\.state\[0\]\.step is not a count"):
+        check_optimizer(PATH, "optimizer", saved, optimizer)
