@@ -170,6 +170,11 @@ class MoleculeTaskModel(nn.Module):
         if len(self.target_names) != num_targets:
             raise ValueError(f"{len(self.target_names)} target_names for num_targets={num_targets}")
         self._suffixes = target_suffixes(self.target_names)
+        for key, values in (("target_mean", target_mean), ("target_std", target_std),
+                            ("pos_weight", pos_weight)):  # fmt: skip
+            # one per target: a run folder's info says how many (a reshape would be a traceback)
+            if values is not None and len(values) != num_targets:
+                raise ValueError(f"{key} holds {len(values)} values for num_targets={num_targets}")
         mean = torch.zeros(num_targets) if target_mean is None else torch.tensor(target_mean)
         std = torch.ones(num_targets) if target_std is None else torch.tensor(target_std)
         # Buffers: saved in checkpoints with the weights, moved with the model.

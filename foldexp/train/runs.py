@@ -289,17 +289,26 @@ def build_fitting_model(
     ):
         raise CorruptFileError(f"{weights} is not a foldexp checkpoint: its model is not a state")
     saved = {k: tuple(v.shape) for k, v in state.items()}
-    shapes = _meta_shapes(model_cfg, info)
+    shapes = _from_info(source, lambda: _meta_shapes(model_cfg, info))
     if shapes is not None:
         _check_fit(shapes, saved, weights, source)
-    try:
-        model = build_model(model_cfg, info)
-    except TypeError as exc:  # the file's info lacks what the model takes (num_classes...)
-        detail = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
-        raise ConfigError(f"{source}: its model cannot be built from its info ({detail})") from None
+    model = _from_info(source, lambda: build_model(model_cfg, info))
     _check_fit({k: tuple(v.shape) for k, v in model.state_dict().items()}, saved, weights, source)
     model.load_state_dict(state)
     return model
+
+
+def _from_info(source: Path, build: Callable[[], Any]) -> Any:
+    """``build()``, a model built from ``source``'s info; the constructor's refusal of it (info
+    lacking what it takes, or lists of another length than its counts) as one line naming
+    ``source``."""
+    try:
+        return build()
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        detail = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise ConfigError(f"{source}: its model cannot be built from its info ({detail})") from None
 
 
 def _meta_shapes(
