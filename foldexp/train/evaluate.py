@@ -8,6 +8,7 @@ row is the best so far by ``trainer.select_metric``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -87,15 +88,19 @@ def improves(
 ) -> bool:
     """Whether ``row[select]`` beats the best so far; if so, records it as the best epoch.
 
-    ``better`` is ``max`` or ``min``; a tie keeps the earlier epoch.
+    ``better`` is ``max`` or ``min``; a tie keeps the earlier epoch. A NaN score (a diverged
+    model) never improves, and any number beats a NaN best: ``max(nan, x)`` is ``nan``, so
+    without this a diverged epoch became the best and its weights replaced ``best.pt``.
     """
     if select not in row:
         raise KeyError(
             f"trainer.select_metric={select!r} is not a metrics.csv column; "
             f"columns are {sorted(row)}"
         )
-    score = row[select]
-    if progress["best"] is not None and better(score, progress["best"]) == progress["best"]:
+    score, best = row[select], progress["best"]
+    if math.isnan(score):
+        return False
+    if best is not None and not math.isnan(best) and better(score, best) == best:
         return False
     progress.update(best=score, best_epoch=epoch, bad_epochs=0)
     return True
