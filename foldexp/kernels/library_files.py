@@ -28,6 +28,7 @@ import errno
 import hashlib
 import logging
 import os
+import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -197,7 +198,12 @@ def _discard(path: Path, why: str) -> None:
                 "it; building it again", path, why)  # fmt: skip
     for name in (path, path.with_name(path.name + SUFFIX)):
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(name)  # a link itself, a FIFO: never what they point to
+            if name.is_dir() and not name.is_symlink():
+                # A folder at the library's name would fail the rebuild's rename onto it;
+                # rmtree unlinks the links inside it, never what they point to.
+                shutil.rmtree(name)
+            else:
+                os.unlink(name)  # a link itself, a FIFO: never what they point to
     return None
 
 

@@ -3,8 +3,8 @@
 A harmless shared library whose constructor writes a marker file is planted where foldexp's
 kernels, its native tracing and a user's pointwise ops are cached (over the file, as a link to
 a world-writable file of another user's, with mode 666, beside a sidecar that does not match,
-as a FIFO). A fresh process (its cache a private folder of the test's, never the user's) loads
-them: the marker must never appear, a warning names each planted file, the kernels work after
+as a FIFO, as a folder). A fresh process (its cache a private folder of the test's, never the
+user's) loads them: the marker must never appear, a warning names each planted file, the kernels work after
 the rebuild, and the FIFO does not block.
 """
 
@@ -121,11 +121,23 @@ def _plant(how: str, lib: Path, evil: Path, outside: Path) -> None:
         _sidecar(lib).symlink_to(fake)
     elif how == "fifo":
         os.mkfifo(lib)
+    elif how == "directory":  # a folder at the library's name, holding a file and a link
+        lib.mkdir()
+        shutil.copy(evil, lib / "inside.so")
+        (lib / "out").symlink_to(outside)
     else:
         raise AssertionError(how)
 
 
-HOW = ["copied", "no_sidecar", "mode_666", "link_to_world_writable", "sidecar_a_link", "fifo"]
+HOW = [
+    "copied",
+    "no_sidecar",
+    "mode_666",
+    "link_to_world_writable",
+    "sidecar_a_link",
+    "fifo",
+    "directory",
+]
 
 
 @pytest.mark.parametrize("how", HOW)
@@ -152,6 +164,7 @@ def test_a_planted_library_never_runs(how: str, built: Path, evil: Path, tmp_pat
         assert lib.is_file() and not lib.is_symlink()  # rebuilt, and vouched for again
         assert _sidecar(lib).read_text().split()[0] == _digest(lib)
     assert _digest(outside / libs[0].name) == _digest(evil) if how.startswith("link") else True
+    assert outside.is_dir()  # a link inside a planted folder: removed, not what it points to
 
 
 def test_a_vouched_cache_loads_without_a_warning(built: Path, tmp_path: Path) -> None:
