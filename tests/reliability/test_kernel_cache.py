@@ -4,8 +4,8 @@ A harmless shared library whose constructor writes a marker file is planted wher
 kernels, its native tracing and a user's pointwise ops are cached (over the file, as a link to
 a world-writable file of another user's, with mode 666, beside a sidecar that does not match,
 as a FIFO, as a folder). A fresh process (its cache a private folder of the test's, never the
-user's) loads them: the marker must never appear, a warning names each planted file, the kernels work after
-the rebuild, and the FIFO does not block.
+user's) loads them: the marker must never appear, a warning names each planted file, the
+kernels work after the rebuild, and the FIFO does not block.
 """
 
 from __future__ import annotations
