@@ -117,10 +117,11 @@ def bounded_lines(
     stream: IO[bytes] | IO[str], source: str | os.PathLike[str], limit: int
 ) -> Iterator[tuple[int, str | None]]:
     """``(line number, line)`` of every line of ``stream`` (with its line break, as
-    ``open(newline="")`` gives it), read as :func:`read_text` reads a file (UTF-8, a leading
-    byte-order mark dropped; a text stream is taken as decoded) but never more than ``limit``
-    bytes (characters, for a text stream) at a time: a longer line is skipped to its end and
-    given as ``(line number, None)``. Memory stays bounded by ``limit`` whatever the input.
+    ``open(newline="")`` gives it: ``\\r\\n``, ``\\n`` or ``\\r`` alone), read as :func:`read_text`
+    reads a file (UTF-8, a leading byte-order mark dropped; a text stream is taken as decoded)
+    but never more than ``limit`` bytes (characters, for a text stream) at a time: a longer line
+    is skipped to its end and given as ``(line number, None)``. Memory stays bounded by
+    ``limit`` whatever the input.
 
     Raises:
         TextFileError: a byte that is not UTF-8 (``source:line:column``) or a damaged gzip
@@ -128,35 +129,80 @@ def bounded_lines(
     """
     number = 0
     try:
-        first = True
-        while piece := stream.readline(limit + 1):
-            end: Any = b"\n" if isinstance(piece, bytes) else "\n"
-            if len(piece) > limit and not piece.endswith(end):
-                while (rest := stream.readline(limit)) and not rest.endswith(end):
-                    pass  # the rest of the line, read a piece at a time and dropped
+        for piece in _pieces(stream, limit):
+            if piece is None:
                 number += 1
-                first = False
                 yield number, None
                 continue
-            if isinstance(piece, bytes):
-                if first:
-                    piece = piece.removeprefix(_BOM)
-                try:
-                    text = piece.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    within = piece.rfind(b"\r", 0, exc.start) + 1  # a line may end at \r alone
-                    line = number + 1 + piece.count(b"\r", 0, within)
-                    raise _not_utf8(
-                        source, line, piece[within : exc.start], piece[exc.start]
-                    ) from None
-            else:
-                text = piece.removeprefix("\ufeff") if first else piece
-            first = False
+            text = _decoded(piece, source, number, first=number == 0)
             for line in _LINE.findall(text):
                 number += 1
                 yield number, line
     except _GZIP_ERRORS as exc:
         raise _damaged(source, exc) from None
+
+
+def _pieces(stream: IO[bytes] | IO[str], limit: int) -> Iterator[Any]:
+    """Whole lines of ``stream``, several at a time, at most ``limit + 1`` long; ``None`` for
+    a line longer than ``limit``, read to its end and dropped.
+
+    ``readline`` ends a piece only at ``\\n``: a file whose lines end at ``\\r`` alone (old
+    Mac Excel) comes as one long piece, cut here after its last ``\\r`` (never its final
+    character: a ``\\n`` may follow it) and the rest carried into the next piece.
+    """
+    carry: Any = stream.read(0)  # b"" or "": the stream's own type
+    newline, cr = ("\n", "\r") if isinstance(carry, str) else (b"\n", b"\r")
+    while True:
+        if carry.endswith(newline):  # a whole line that followed a long one
+            yield carry
+            carry = carry[:0]
+        read = stream.readline(limit + 1 - len(carry))
+        piece, carry = carry + read, carry[:0]
+        if not piece:
+            return
+        if not read or len(piece) <= limit or piece.endswith(newline):
+            yield piece
+            continue
+        cut = piece.rfind(cr, 0, len(piece) - 1) + 1  # piece holds no \n: it did not end
+        if cut:
+            yield piece[:cut]
+            carry = piece[cut:]
+            continue
+        yield None  # one line past the limit
+        carry = _after_long_line(stream, limit, piece.endswith(cr), (newline, cr))
+
+
+def _after_long_line(stream: IO[Any], limit: int, at_cr: bool, breaks: tuple[Any, Any]) -> Any:
+    """Reads the rest of a line past the limit a piece at a time, dropping it; returns what
+    the last read holds after the line's end (``at_cr``: the line ended at a ``\\r`` already,
+    which a ``\\n`` may complete)."""
+    newline, cr = breaks
+    while rest := stream.readline(limit):
+        if at_cr:
+            return rest.removeprefix(newline)
+        if (end := rest.find(cr) + 1) == 0:
+            if rest.endswith(newline):
+                return rest[:0]
+            continue
+        if end == len(rest):
+            at_cr = True
+            continue
+        return rest[end + 1 :] if rest[end : end + 1] == newline else rest[end:]
+    return stream.read(0)
+
+
+def _decoded(piece: Any, source: str | os.PathLike[str], number: int, first: bool) -> str:
+    """``piece`` as text; ``number`` lines came before it."""
+    if isinstance(piece, str):
+        return piece.removeprefix("\ufeff") if first else piece
+    if first:
+        piece = piece.removeprefix(_BOM)
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        within = piece.rfind(b"\r", 0, exc.start) + 1  # a line may end at \r alone
+        line = number + 1 + piece.count(b"\r", 0, within)
+        raise _not_utf8(source, line, piece[within : exc.start], piece[exc.start]) from None
 
 
 def _damaged(source: str | os.PathLike[str], exc: BaseException) -> TextFileError:
