@@ -11,6 +11,7 @@ its parameters, randomness and hooks are those of the ops inside its templates.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -23,6 +24,8 @@ __all__ = [
     "LoopOp",
     "Template",
     "truth",
+    "partition",
+    "plain_torch",
     "check_scalar_condition",
     "check_state",
     "check_limit",
@@ -92,6 +95,16 @@ class Template:
         self.size = tr.n
         self.ops = list({id(op): op for op, _, _ in tr.steps}.values())
         self._constants: dict[torch.device, list[torch.Tensor]] = {}  # per device, made once
+        self._replay = self._compile()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_replay"]  # a closure: rebuilt from the rest
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._replay = self._compile()
 
     def _constant_rows(self, device: torch.device) -> list[torch.Tensor]:
         """The constants as one row each on ``device`` (made once per device, not per call)."""
@@ -108,17 +121,41 @@ class Template:
 
     def run(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Every op of the template once, over all rows of ``args`` (flat, batched)."""
-        n = args[0].shape[0]
-        vals: list[Any] = [None] * self.size
-        for vid, a in zip(self.inputs, args):
-            vals[vid] = a
-        if self.constants:
-            for (vid, ttype, _), row in zip(self.constants, self._constant_rows(args[0].device)):
-                vals[vid] = row.expand(n, *ttype.shape)
-        for op, arg_ids, out_ids in self.steps:
-            for vid, o in zip(out_ids, op.forward([vals[a] for a in arg_ids])):
-                vals[vid] = o
-        return [vals[v] for v in self.outputs]
+        return self._replay(args)
+
+    def _compile(self) -> Any:
+        """The replay as a closure, built once: the loop calls it every iteration, so what
+        can be decided from the template alone is not decided again there. A template of
+        one op on the inputs in order (a ``Function`` body) is that op's ``forward``; one with
+        no op (a ``GetItem`` condition) picks its outputs from the inputs."""
+        n_in, outputs = len(self.inputs), self.outputs
+        plain_inputs = self.inputs == list(range(n_in))
+        if not self.steps and not self.constants and plain_inputs:
+            if outputs == list(range(n_in)):
+                return list
+            return lambda args: [args[v] for v in outputs]
+        if len(self.steps) == 1 and not self.constants and plain_inputs:
+            op, arg_ids, out_ids = self.steps[0]
+            if arg_ids == list(range(n_in)) and outputs == out_ids:
+                forward = op.forward
+                return lambda args: list(forward(list(args)))
+        steps = [(op.forward, arg_ids, out_ids) for op, arg_ids, out_ids in self.steps]
+
+        def replay(args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+            vals: list[Any] = [None] * self.size
+            for vid, a in zip(self.inputs, args):
+                vals[vid] = a
+            if self.constants:
+                n = args[0].shape[0]
+                rows = self._constant_rows(args[0].device)
+                for (vid, ttype, _), row in zip(self.constants, rows):
+                    vals[vid] = row.expand(n, *ttype.shape)
+            for forward, arg_ids, out_ids in steps:
+                for vid, o in zip(out_ids, forward([vals[a] for a in arg_ids])):
+                    vals[vid] = o
+            return [vals[v] for v in outputs]
+
+        return replay
 
 
 def truth(block: Block, c: torch.Tensor) -> torch.Tensor:
@@ -126,12 +163,27 @@ def truth(block: Block, c: torch.Tensor) -> torch.Tensor:
     return c if c.dtype == torch.bool else c > 0
 
 
-def partition(keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rows where keep, rows where not)``, in order, with ONE host read (the count): on a GPU
-    the loop then waits for the device once per iteration, whatever leaves."""
+def partition(keep: torch.Tensor, n_keep: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows where keep, rows where not)``, in order, given ``n_keep`` (the count, which the
+    loop has read already): on a GPU one stable sort, which waits for nothing, so the loop
+    waits for the device once per iteration (that read), whatever leaves; on the CPU two
+    ``nonzero`` s, cheaper than a sort."""
+    if keep.device.type == "cpu":
+        return keep.nonzero().squeeze(1), keep.logical_not().nonzero().squeeze(1)
     order = torch.argsort(keep.logical_not().to(torch.uint8), stable=True)
-    n_keep = int(keep.sum())
     return order[:n_keep], order[n_keep:]
+
+
+def plain_torch() -> Any:
+    """A context with torch-function modes off. The executor runs ops on CPU under
+    ``routed_linears()`` (``kernels/dense.py``), a Python mode every torch call passes
+    through: a loop makes a dozen small calls per iteration, where that costs as much as the
+    iteration's work (the route pays off for large row counts; a loop's rows dwindle).
+    ``F.linear`` then computes the same product torch's own way."""
+    return torch._C.DisableTorchFunction() if torch._C._is_torch_function_mode_enabled() else _NULL
+
+
+_NULL = nullcontext()
 
 
 def check_scalar_condition(owner: Block, what: str, t: Type) -> None:

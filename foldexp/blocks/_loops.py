@@ -28,6 +28,7 @@ Eagerly (``Block.eval``, the oracle) both are plain Python loops over ``run_step
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -41,6 +42,7 @@ from foldexp.blocks._loop_ops import (
     check_state,
     is_eager,
     partition,
+    plain_torch,
     truth,
 )
 from foldexp.blocks._ops import Op, structure_builder, structure_flattener
@@ -53,6 +55,8 @@ __all__ = [
 
 # Internal metric names (a NUL no user name starts with): the probes' counts and the stop
 # values of unrolled ``Unfold`` occurrences, read by the staged executor and then dropped.
+_NULL = nullcontext()  # a context that does nothing (reusable)
+
 PROBE_METRIC = "\x00unfold.probe"
 STOP_METRIC = "\x00unfold.stop."
 
@@ -125,32 +129,37 @@ class While(Block):
     def _run(self, args: list[torch.Tensor]) -> list[torch.Tensor]:
         """The batched loop over ``len(args[0])`` instances (see the module docstring)."""
         cond, body = self._get_templates()
-        n = args[0].shape[0]
-        device = args[0].device
-        active = torch.arange(n, device=device)
-        state = list(args)
-        done_rows: list[torch.Tensor] = []  # instances that left, by the iteration they left
-        done_vals: list[list[torch.Tensor]] = []
-        done_counts: list[torch.Tensor] = []
+        with plain_torch():
+            return self._loop(cond, body, list(args))
+
+    def _loop(
+        self, cond: Template, body: Template, state: list[torch.Tensor]
+    ) -> list[torch.Tensor]:
+        """Per iteration: ``cond`` on the active rows, ONE host read (how many stay), and only
+        when some leave a partition and a gather; then ``body`` on the rows that stay. The
+        instances that left are put back in order once, at the end."""
+        n, device = state[0].shape[0], state[0].device
+        cond_grad = torch.no_grad() if cond.steps else _NULL  # a GetItem runs nothing
+        active: torch.Tensor | None = None  # None: all n rows, in order (nothing left yet)
+        left: list[tuple[torch.Tensor, list[torch.Tensor], int]] = []  # (rows, state, count)
         for it in range(self.max_iterations):
-            with torch.no_grad():
+            with cond_grad:
                 keep = truth(self, cond.run(state)[0])
-            stay, leave = partition(keep)  # the iteration's one host read
-            if leave.numel():
-                done_rows.append(active[leave])
-                done_vals.append([s.index_select(0, leave) for s in state])
-                done_counts.append(torch.full((leave.numel(),), it, device=device))
-                if stay.numel() == 0:
-                    active = stay
-                    break
-                active = active[stay]
+            n_keep = int(keep.sum())  # the iteration's one host read
+            if n_keep < keep.shape[0]:
+                stay, leave = partition(keep, n_keep)
+                rows = leave if active is None else active.index_select(0, leave)
+                left.append((rows, [s.index_select(0, leave) for s in state], it))
+                if n_keep == 0:
+                    return _unpermute(left, n, device)
+                active = stay if active is None else active.index_select(0, stay)
                 state = [s.index_select(0, stay) for s in state]
             state = body.run(state)
-        if active.numel():
-            done_rows.append(active)
-            done_vals.append(state)
-            done_counts.append(torch.full((active.numel(),), self.max_iterations, device=device))
-        return _unpermute(done_rows, [*zip(*done_vals)], done_counts, n)
+        full = torch.full((n,), self.max_iterations, dtype=torch.int64, device=device)
+        if active is None:  # every instance ran to the limit: nothing to reorder
+            return [*state, full]
+        left.append((active, state, self.max_iterations))
+        return _unpermute(left, n, device)
 
     def _trace(self, tr: Tracer, x: Any) -> Any:
         if is_eager(tr):
@@ -182,18 +191,18 @@ class While(Block):
 
 
 def _unpermute(
-    rows: list[torch.Tensor],
-    vals: list[tuple[torch.Tensor, ...]],
-    counts: list[torch.Tensor],
-    n: int,
+    left: list[tuple[torch.Tensor, list[torch.Tensor], int]], n: int, device: torch.device
 ) -> list[torch.Tensor]:
-    """The pieces of every output (instances grouped by when they left) back in instance order,
-    then the counts: one ``cat`` and one ``index_select`` per output, both differentiable."""
-    order = torch.cat(rows)
+    """The pieces of every output (instances grouped by when they left: their rows, their
+    states, their count) back in instance order, then the counts: one ``cat`` and one
+    ``index_select`` per output, both differentiable."""
+    order = torch.cat([rows for rows, _, _ in left])
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(n, device=order.device)
-    outs = [torch.cat(parts).index_select(0, inverse) for parts in vals]
-    return [*outs, torch.cat(counts).index_select(0, inverse)]
+    outs = [torch.cat(parts).index_select(0, inverse) for parts in zip(*(v for _, v, _ in left))]
+    sizes = torch.tensor([rows.shape[0] for rows, _, _ in left])
+    counts = torch.tensor([c for _, _, c in left]).repeat_interleave(sizes)
+    return [*outs, counts.to(device).index_select(0, inverse)]
 
 
 class UnfoldLengths:
@@ -282,17 +291,20 @@ class Unfold(Block):
         n, device = args[0].shape[0], args[0].device
         counts = torch.full((n,), self.max_length, dtype=torch.int64, device=device)
         active, state = torch.arange(n, device=device), list(args)
-        with torch.no_grad():
+        with torch.no_grad(), plain_torch():
             for it in range(self.max_length - 1):
                 out = step.run(state)
                 stop = truth(self, out[-1])
                 ends = torch.where(stop, it + 1, counts.index_select(0, active))
                 counts.index_copy_(0, active, ends)
-                go, _ = partition(stop.logical_not())  # the iteration's one host read
-                if go.numel() == 0:
+                n_go = stop.shape[0] - int(stop.sum())  # the iteration's one host read
+                if n_go == 0:
                     break
-                active = active.index_select(0, go)
-                state = [s.index_select(0, go) for s in out[: self._n_state]]
+                state = out[: self._n_state]
+                if n_go < stop.shape[0]:
+                    go, _ = partition(stop.logical_not(), n_go)
+                    active = active.index_select(0, go)
+                    state = [s.index_select(0, go) for s in state]
         return [counts]
 
     def _trace(self, tr: Tracer, x: Any) -> Any:
