@@ -1,6 +1,6 @@
 """Loops of computed length: ``fb.While`` batched by the engine, against masking and per input.
 
-Usage: python benchmarks/loops.py [--batch 256] [--hidden 128] [--longest 50] [--repeats 5]
+Usage: python benchmarks/loops.py [--batch 256] [--hidden 128] [--longest 50] [--repeats 11]
        [--device cpu|cuda] [--backward]
 
 Each instance of a batch refines a hidden state ``h <- tanh(W h + b)`` while its budget lasts
@@ -11,20 +11,24 @@ iterations or batch × longest. Side by side, on the same weights, in one proces
 
 - ``batched``: ``Compiler(fb.Record([fb.Vector(H), fb.Scalar()]) >> fb.While(...))``; each
   iteration is one call of the body over the instances still running (trace and schedule
-  included, as a user pays them);
+  of the 256 Python inputs included at every call, as a user pays them for new inputs);
+- ``cached``: the same with ``cache_traces=True``, the batch seen before (an evaluation split,
+  a repeated request): its plan is reused, no trace and no schedule, the loop still runs;
 - ``masked``: what ``vmap(while_loop)`` does — every instance steps until the longest is done,
   finished rows kept by ``torch.where``;
 - ``per-input``: a Python ``while`` per instance, batch of one.
 
 The methods run in turn, round after round (a warm-up round first), so that load from other
-processes falls on all alike; reports per batch the best (median) milliseconds over
-``--repeats`` rounds, the speed-ups of the bests, and checks that the three agree. With
+processes falls on all alike; reports per batch the median (best) milliseconds over
+``--repeats`` rounds, the speed-ups of the medians, and checks that all agree; and the load
+average before and after. With
 ``--backward`` each run includes the gradient of the states' sum into the weights.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -98,8 +102,6 @@ def interleaved(fns: dict[str, Callable[[], torch.Tensor]], repeats: int, args: 
     outs = {}
     for r in range(repeats + 1):
         for name, fn in fns.items():
-            if name == "per-input" and r > max(1, repeats // 2):
-                continue  # the slow one: fewer rounds
             ms, outs[name] = run_once(fn, args.backward, args.device)
             if r:
                 times[name].append(ms)
@@ -111,7 +113,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--longest", type=int, default=50)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=11)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--backward", action="store_true")
@@ -122,18 +124,22 @@ def main() -> None:
     body = Body(args.hidden)
     loop = fb.While(fb.GetItem(1), fb.Function(body), max_iterations=args.longest + 1)
     model = Compiler(fb.Record([fb.Vector(args.hidden), fb.Scalar()]) >> loop >> fb.GetItem(0))
+    cached = Compiler(model.root, cache_traces=True)
     model.to(args.device)
+    cached.to(args.device)
     h0 = torch.randn(args.batch, args.hidden)
     mode = "forward+backward" if args.backward else "forward"
     print(
         f"batch {args.batch}, hidden {args.hidden}, longest {args.longest}, device "
-        f"{args.device}, threads {args.threads}, {mode}"
+        f"{args.device}, threads {args.threads}, {mode}, {args.repeats} rounds, load average "
+        f"{os.getloadavg()[0]:.2f}"
     )
     print(
-        "| skew | iterations (total / batch×longest) | batched ms, best (median) | masked ms "
-        "| per-input ms | vs masked | vs per-input |"
+        "| skew | iterations (total / batch×longest) | batched ms, median (best) | cached ms "
+        "| masked ms | per-input ms | batched vs masked / per-input "
+        "| cached vs masked / per-input |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for share in (0.05, 0.25):
         lens = lengths(args.batch, share, args.longest, rng)
         inputs = [(h0[k].tolist(), float(lens[k])) for k in range(args.batch)]
@@ -142,6 +148,7 @@ def main() -> None:
         res = interleaved(
             {
                 "batched": lambda inputs=inputs: model(inputs),
+                "cached": lambda inputs=inputs: cached(inputs),
                 "masked": lambda h=h, budget=budget: masked(body, h, budget),
                 "per-input": lambda h=h, budget=budget: per_input(body, h, budget),
             },
@@ -149,16 +156,20 @@ def main() -> None:
             args,
         )
         ref = res["masked"][2]
-        for name in ("batched", "per-input"):
+        for name in ("batched", "cached", "per-input"):
             torch.testing.assert_close(res[name][2], ref, rtol=1e-4, atol=1e-5)
-        cell = {k: f"{lo:.1f} ({med:.1f})" for k, (lo, med, _) in res.items()}
-        total = sum(lens)
+        cell = {k: f"{med:.2f} ({lo:.2f})" for k, (lo, med, _) in res.items()}
+        med = {k: v[1] for k, v in res.items()}
+        vs = {
+            k: f"{med['masked'] / med[k]:.1f}× / {med['per-input'] / med[k]:.1f}×"
+            for k in ("batched", "cached")
+        }
         print(
-            f"| {int(share * 100)}% at {args.longest}, rest 2–3 | {total} / "
-            f"{args.batch * args.longest} | {cell['batched']} | {cell['masked']} | "
-            f"{cell['per-input']} | {res['masked'][0] / res['batched'][0]:.1f}× | "
-            f"{res['per-input'][0] / res['batched'][0]:.1f}× |"
+            f"| {int(share * 100)}% at {args.longest}, rest 2–3 | {sum(lens)} / "
+            f"{args.batch * args.longest} | {cell['batched']} | {cell['cached']} | "
+            f"{cell['masked']} | {cell['per-input']} | {vs['batched']} | {vs['cached']} |"
         )
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -312,3 +312,36 @@ def test_an_unfold_fed_by_another_is_checked_and_corrected() -> None:
         len((fb.Vector(1) >> shift >> first >> total >> second).eval([x])) for x in [1.0, 3.0]
     ]
     assert max(lengths) > 1  # the second loop's lengths are not the stand-in's
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_partition_by_nonzero_and_by_sort_agree(seed: int) -> None:
+    from foldexp.blocks._loop_ops import partition, sorted_partition
+
+    keep = torch.from_numpy(np.random.default_rng(seed).random(37) < 0.3 * (seed + 1))
+    n_keep = int(keep.sum())
+    want = (torch.arange(37)[keep], torch.arange(37)[~keep])
+    for got in (partition(keep, n_keep), sorted_partition(keep, n_keep)):  # CPU, GPU's way
+        assert [g.tolist() for g in got] == [w.tolist() for w in want]
+
+
+def test_while_whose_instances_all_reach_the_limit_or_all_stop_at_once() -> None:
+    state = fb.Record([fb.Vector(4) >> fb.FC(4), fb.Scalar()])
+    comp = check_block(state >> _counter_while(3), _counter_inputs([5, 4, 3, 7]))
+    assert comp.last_metrics["While.iterations"][0].tolist() == [3, 3, 3, 3]
+    comp = check_block(state >> _counter_while(9), _counter_inputs([2, 2, 2]))
+    assert comp.last_metrics["While.iterations"][0].tolist() == [2, 2, 2]
+
+
+def test_a_copied_loop_runs_the_copys_parameters() -> None:
+    import copy
+
+    comp = Compiler(fb.Record([fb.Vector(4), fb.Scalar()]) >> _counter_while() >> fb.GetItem(0))
+    inputs = _counter_inputs([1, 3, 2])
+    before = comp(inputs)[0]
+    twin = copy.deepcopy(comp)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.add_(0.5)
+    assert torch.equal(comp(inputs)[0], before)  # the original's loop is untouched
+    assert not torch.allclose(twin(inputs)[0], before)  # the copy's loop runs the copy's weights
