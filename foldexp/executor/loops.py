@@ -18,6 +18,7 @@ dependent ``Unfold`` s takes two stages.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -162,6 +163,19 @@ class LoopCaps:
             acc = self.counts[index[id(block)]]
             acc[0] += n >= block.max_length
             acc[1] += 1
+
+    def fractions(self, into: dict[str, float] | None = None) -> dict[str, float]:
+        """Each loop's share of instances its limit stopped since the last ``report``, as the
+        epoch's metrics ``capped_<name>`` (the loop's name, else ``While`` / ``Unfold``; ``#2``,
+        ``#3``... after a name taken already in ``into``, which is updated and returned)."""
+        out = {} if into is None else into
+        for loop, (hit, n) in zip(self.loops, self.counts):
+            base = "capped_" + re.sub(r"[^A-Za-z0-9_.-]", "_", loop.name or type(loop).__name__)
+            key, k = base, 2
+            while key in out:
+                key, k = f"{base}#{k}", k + 1
+            out[key] = hit / n if n else 0.0
+        return out
 
     def report(self, fraction: float = CAP_WARNING_FRACTION) -> list[str]:
         """One line per loop whose instances hit the cap more often than ``fraction``; resets."""

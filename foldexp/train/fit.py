@@ -313,6 +313,17 @@ def _diverged(
     return f"loss became {value} at epoch {epoch}, step {step}{read}; {where} ({advice})"
 
 
+def _loop_cap_metrics(model: torch.nn.Module) -> dict[str, float]:
+    """The epoch's share of each ``While`` / ``Unfold``'s instances stopped at its limit (its
+    training and dev batches): ``capped_<loop>`` columns (``executor/loops.LoopCaps``)."""
+    out: dict[str, float] = {}
+    for m in model.modules():
+        caps = getattr(m, "loop_caps", None)
+        if caps is not None:
+            caps.fractions(out)
+    return out
+
+
 def _report_loop_caps(model: torch.nn.Module, epoch: int) -> None:
     """Warns, once per epoch and loop, when a model's ``While`` or ``Unfold`` stopped more than a
     few percent of its instances at its limit (``executor/loops.LoopCaps``)."""
@@ -346,6 +357,7 @@ def _end_epoch(run: TrainingRun, t_epoch: float) -> None:
                 if run.ctx.is_main:  # (the rank that writes it)
                     keep_best()
                 run.checkpoint(run.best)  # the weights just evaluated
+        row.update(_loop_cap_metrics(run.model))  # before the warning resets the counts
         row["epoch_seconds"] = time.perf_counter() - t_epoch
         row = run.book.end_epoch(row)  # every rank takes the same early-stopping decisions
         progress["history"].append(row)

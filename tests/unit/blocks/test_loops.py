@@ -258,6 +258,8 @@ def test_loop_caps_are_summed_and_reported_once(caplog: pytest.LogCaptureFixture
     comp([1.0, 2.0, 9.0])
     comp([5.0, 0.0])
     assert comp.loop_caps is not None and comp.loop_caps.counts == [[2, 5]]
+    taken = {"capped_down": 0.5}  # another compiler's loop of that name
+    assert comp.loop_caps.fractions(taken) == {"capped_down": 0.5, "capped_down#2": 0.4}
     with caplog.at_level("WARNING", logger="foldexp.train"):
         _report_loop_caps(torch.nn.ModuleList([comp]), 4)
         _report_loop_caps(torch.nn.ModuleList([comp]), 5)  # reset: nothing new to say

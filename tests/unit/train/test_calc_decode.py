@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -93,6 +94,9 @@ def test_trains_from_the_cli_and_predicts_new_expressions(tmp_path: Path) -> Non
     assert result["select_metric"] == "dev_exact_match"
     assert 0.0 <= result["best_dev_exact_match"] <= 1.0
     assert 0.0 <= result["test_token_accuracy"] <= 1.0 and "test_exact_match" in result
+    # The decoder's share of sequences stopped by max_length, a column of every epoch.
+    capped = pd.read_csv(out / "metrics.csv")["capped_Unfold"]
+    assert capped.notna().all() and capped.between(0.0, 1.0).all()
     lines = tmp_path / "new.txt"
     lines.write_text("(2+3)*4\n12+3\n9-7\n")
     rows = run_predict(out, str(lines), tmp_path / "pred.csv")
