@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from foldexp.blocks._base import Block, Tracer
+from foldexp.blocks._eager import EagerTracer
 from foldexp.blocks._ops import Op, structure_builder, structure_flattener
 from foldexp.types import TensorType, Type, flatten_tensor_types, is_tensor_tree
 
@@ -250,6 +251,5 @@ class LoopOp(Op):
 
 
 def is_eager(tr: Tracer) -> bool:
-    from foldexp.blocks._eager import EagerTracer
-
+    """Whether ``tr`` is the eager oracle's tracer (a loop then runs as plain Python)."""
     return isinstance(tr, EagerTracer)
