@@ -347,3 +347,15 @@ def test_a_copied_loop_runs_the_copys_parameters() -> None:
             p.add_(0.5)
     assert torch.equal(comp(inputs)[0], before)  # the original's loop is untouched
     assert not torch.allclose(twin(inputs)[0], before)  # the copy's loop runs the copy's weights
+
+
+def test_one_host_read_per_iteration() -> None:
+    from foldexp.bench.overhead import count_ops
+
+    loop = _counter_while(max_iterations=10)
+    Compiler(fb.Record([fb.Vector(4), fb.Scalar()]) >> loop)  # types the loop
+    counts = [0, 1, 3, 2, 5, 5, 1]
+    h, c = torch.randn(len(counts), 4), torch.tensor(counts, dtype=torch.float32)
+    ops = count_ops(lambda: loop._run([h, c]))
+    assert ops.syncs == max(counts) + 1  # each iteration's condition, read once for all
+    assert loop._run([h, c])[-1].tolist() == counts
