@@ -182,12 +182,19 @@ def sorted_partition(keep: torch.Tensor, n_keep: int) -> tuple[torch.Tensor, tor
 
 
 def plain_torch() -> Any:
-    """A context with torch-function modes off. The executor runs ops on CPU under
+    """A context with foldexp's own linear route off. The executor runs ops on CPU under
     ``routed_linears()`` (``kernels/dense.py``), a Python mode every torch call passes
     through: a loop makes a dozen small calls per iteration, where that costs as much as the
     iteration's work (the route pays off for large row counts; a loop's rows dwindle).
-    ``F.linear`` then computes the same product torch's own way."""
-    return torch._C.DisableTorchFunction() if torch._C._is_torch_function_mode_enabled() else _NULL
+    ``F.linear`` then computes the same product torch's own way. Only that mode is stepped
+    out of, when it is the innermost: a user's modes (``with torch.device(...)``, a profiler)
+    and tensor subclasses still see the body's calls."""
+    if not torch._C._is_torch_function_mode_enabled():
+        return _NULL
+    top = torch._C._get_function_stack_at(torch._C._len_torch_function_stack() - 1)
+    if getattr(top, "foldexp_route", False):
+        return torch.overrides._pop_mode_temporarily()
+    return _NULL
 
 
 _NULL = nullcontext()

@@ -245,6 +245,10 @@ class Linear(nn.Linear):
 class _LinearRoute(TorchFunctionMode):
     """Sends every ``F.linear`` call to ``linear``; every other call through unchanged."""
 
+    #: Marks foldexp's own route, which code below the kernels may step out of (a loop's
+    #: small calls) without knowing this class; a user's modes carry no such mark.
+    foldexp_route = True
+
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if func is F.linear:

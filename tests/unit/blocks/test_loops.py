@@ -359,3 +359,28 @@ def test_one_host_read_per_iteration() -> None:
     ops = count_ops(lambda: loop._run([h, c]))
     assert ops.syncs == max(counts) + 1  # each iteration's condition, read once for all
     assert loop._run([h, c])[-1].tolist() == counts
+
+
+def test_a_users_torch_function_mode_still_sees_the_loops_body() -> None:
+    """The loop steps out of foldexp's own linear route only: a user's mode (a profiler,
+    ``with torch.device(...)``) sees the body's calls at every iteration."""
+    from torch.overrides import TorchFunctionMode
+
+    from foldexp.kernels.dense import routed_linears
+
+    class Seen(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tanh = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            self.tanh += func is torch.tanh
+            return func(*args, **(kwargs or {}))
+
+    comp = Compiler(fb.Record([fb.Vector(4), fb.Scalar()]) >> _counter_while())
+    inputs = _counter_inputs([3, 1, 0, 2])
+    expected = comp(inputs)
+    with Seen() as seen, routed_linears():
+        got = comp(inputs)
+    assert seen.tanh == 3  # one call per iteration over the instances still running
+    torch.testing.assert_close(got, expected)
