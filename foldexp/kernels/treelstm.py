@@ -36,6 +36,7 @@ from foldexp.kernels.native import (
     set_fused_cells_enabled,
     transforms_active,
 )
+from foldexp.kernels.treelstm_few import binary_state_few, few_ops_apply
 
 __all__ = [
     "binary_state",
@@ -217,9 +218,12 @@ def _needs_graph(*tensors: torch.Tensor) -> bool:
 def binary_state(
     z: torch.Tensor, cl: torch.Tensor, cr: torch.Tensor, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(h, c)`` of binary Tree-LSTM nodes: fused where ``applicable``, else torch ops."""
+    """``(h, c)`` of binary Tree-LSTM nodes: fused where ``applicable``, else torch ops (few
+    of them where ``few_ops_apply``: ``treelstm_few.py``)."""
     n, hidden = cl.shape[0], cl.shape[-1]
     if not applicable(z, cl, cr) or not _mask_fits(mask, n, hidden):
+        if not transforms_active() and few_ops_apply(z, cl, cr, mask):
+            return binary_state_few(z, cl, cr, mask)
         return binary_state_ops(z, cl, cr, mask)
     if z.shape != (n, 5 * hidden) or cr.shape != (n, hidden):
         raise ValueError(f"binary_state: z {tuple(z.shape)}, children {tuple(cl.shape)}, "
