@@ -59,16 +59,17 @@ def _forward(
     z: torch.Tensor, cl: torch.Tensor, cr: torch.Tensor, mask: torch.Tensor | None
 ) -> tuple[torch.Tensor, ...]:
     n, hidden = cl.shape
-    s = torch.sigmoid(z[:, : 4 * hidden])  # i, f_l, f_r, o
-    zu = z[:, 4 * hidden :]
+    gates = z.view(n, 5, hidden)
+    s = torch.sigmoid(gates[:, :4])  # i, f_l, f_r, o: (n, 4, H)
+    zu = gates[:, 4]
     # On the CPU a tanh over a column slice is several times slower across threads than a copy
     # and a tanh together (``treelstm._tanh``); on other devices the slice is read as it is.
     t = torch.tanh(zu.contiguous() if z.is_cpu else zu)
     u = t if mask is None else t * mask
-    terms = torch.cat([u, cl, cr], dim=1).view(n, 3, hidden)
-    c = (s[:, : 3 * hidden].view(n, 3, hidden) * terms).sum(1)
+    terms = torch.stack([u, cl, cr], dim=1)
+    c = (s[:, :3] * terms).sum(1)
     tc = torch.tanh(c)
-    h = s[:, 3 * hidden :] * tc
+    h = s[:, 3] * tc
     return h, c, s, t, terms, tc
 
 
@@ -88,24 +89,25 @@ class _BinaryStateFew(torch.autograd.Function):
         if dh is None and dc is None:
             return None, None, None, None
         n, hidden = cl.shape
-        dz = z.new_empty((n, 5 * hidden))
+        dz = z.new_empty((n, 5, hidden))  # each gate's gradient written into its columns
         if dh is None:
-            dz[:, 3 * hidden : 4 * hidden].zero_()
+            dz[:, 3].zero_()
             dct = dc
         else:
-            torch.mul(dh, tc, out=dz[:, 3 * hidden : 4 * hidden])  # o, before its sigmoid
-            dct = torch.ops.aten.tanh_backward(dh * s[:, 3 * hidden :], tc)
+            torch.mul(dh, tc, out=dz[:, 3])  # o, before its sigmoid
+            dct = torch.ops.aten.tanh_backward(dh * s[:, 3], tc)
             if dc is not None:
                 dct.add_(dc)
         d3 = dct.unsqueeze(1)
-        torch.mul(d3, terms, out=dz[:, : 3 * hidden].view(n, 3, hidden))  # i, f_l, f_r
-        _sigmoid_backward(dz[:, : 4 * hidden], s, grad_input=dz[:, : 4 * hidden])
-        du = dct * s[:, :hidden]
+        sig = dz[:, :4]
+        torch.mul(d3, terms, out=sig[:, :3])  # i, f_l, f_r
+        _sigmoid_backward(sig, s, grad_input=sig)
+        du = dct * s[:, 0]
         if mask is not None:
             du.mul_(mask)
-        _tanh_backward(du, t, grad_input=dz[:, 4 * hidden :])
-        dchildren = d3 * s[:, hidden : 3 * hidden].view(n, 2, hidden)
-        return dz, dchildren[:, 0], dchildren[:, 1], None
+        _tanh_backward(du, t, grad_input=dz[:, 4])
+        dcl, dcr = (d3 * s[:, 1:3]).unbind(1)
+        return dz.view(n, 5 * hidden), dcl, dcr, None
 
 
 def _through_autograd(
