@@ -5,7 +5,8 @@
 mask, carry)`` the leaf's ``c = i ⊙ u``, ``h = o ⊙ tanh(c)`` (i, o, u), or with ``carry`` a
 child-sum node's ``c = i ⊙ u + Σ_k f_k ⊙ c_k``; ``u = tanh(z_u) ⊙ mask`` where a
 recurrent-dropout mask is given. ``foldexp.models.cells`` calls them, and they run torch ops
-(``*_ops``) wherever ``applicable`` does not hold.
+(``*_ops``) wherever ``applicable`` does not hold; the binary update there (CUDA) as one
+``autograd.Function`` of few ops each way (``treelstm_few.py``).
 
 Why: torch runs the binary update as about 15 kernels forward and 20 backward. At SST's groups
 (47 rows of 150, 1 thread) a forward + backward takes 211 µs in torch ops and 118 µs fused; on
