@@ -42,12 +42,13 @@ def few_ops_apply(
     z: torch.Tensor, cl: torch.Tensor, cr: torch.Tensor, mask: torch.Tensor | None
 ) -> bool:
     """Whether ``binary_state_few`` takes these: plain matrices of one dtype and device, ``z``
-    ``(n, 5H)``, children ``(n, H)``, a mask (if any) ``(n, H)`` that takes no gradient. Any other
+    ``(n, 5H)`` with adjacent columns, children ``(n, H)``, a mask (if any) ``(n, H)`` that takes no gradient. Any other
     case (a broadcast, a tensor subclass, a trained mask) keeps autograd's ops."""
     if z.dim() != 2 or cl.dim() != 2:
         return False
     n, hidden = cl.shape
-    shapes = z.shape == (n, 5 * hidden) and cr.shape == (n, hidden)
+    # z's gates are read as an (n, 5, H) view: its columns must be one stride apart
+    shapes = z.shape == (n, 5 * hidden) and z.stride(1) == 1 and cr.shape == (n, hidden)
     tensors = (z, cl, cr) if mask is None else (z, cl, cr, mask)
     same = all(type(t) in _PLAIN and t.dtype == z.dtype and t.device == z.device for t in tensors)
     return (

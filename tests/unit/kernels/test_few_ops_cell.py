@@ -80,3 +80,9 @@ def test_other_shapes_and_trained_masks_step_aside() -> None:
     assert not few_ops_apply(z, cl, cr[:1], None)  # a broadcast child
     assert not few_ops_apply(z, cl, cr.double(), None)
     assert not few_ops_apply(z[:, :-1], cl, cr, None)
+    zt = z.detach().t().contiguous().t()  # (n, 5H) with columns n apart
+    assert not few_ops_apply(zt, cl, cr, None)
+    treelstm.set_fused_cells_enabled(False)
+    torch.testing.assert_close(
+        treelstm.binary_state(zt, cl, cr), treelstm.binary_state_ops(z, cl, cr)
+    )
