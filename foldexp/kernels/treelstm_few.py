@@ -42,8 +42,9 @@ def few_ops_apply(
     z: torch.Tensor, cl: torch.Tensor, cr: torch.Tensor, mask: torch.Tensor | None
 ) -> bool:
     """Whether ``binary_state_few`` takes these: plain matrices of one dtype and device, ``z``
-    ``(n, 5H)`` with adjacent columns, children ``(n, H)``, a mask (if any) ``(n, H)`` that takes no gradient. Any other
-    case (a broadcast, a tensor subclass, a trained mask) keeps autograd's ops."""
+    ``(n, 5H)`` with adjacent columns, children ``(n, H)``, a mask (if any) ``(n, H)`` that
+    takes no gradient. Any other case (a broadcast, a tensor subclass, a trained mask) keeps
+    autograd's ops."""
     if z.dim() != 2 or cl.dim() != 2:
         return False
     n, hidden = cl.shape
