@@ -5,7 +5,8 @@
 mask, carry)`` the leaf's ``c = i ⊙ u``, ``h = o ⊙ tanh(c)`` (i, o, u), or with ``carry`` a
 child-sum node's ``c = i ⊙ u + Σ_k f_k ⊙ c_k``; ``u = tanh(z_u) ⊙ mask`` where a
 recurrent-dropout mask is given. ``foldexp.models.cells`` calls them, and they run torch ops
-(``*_ops``) wherever ``applicable`` does not hold.
+(``*_ops``) wherever ``applicable`` does not hold; the binary update there (CUDA) as one
+``autograd.Function`` of few ops each way (``treelstm_few.py``).
 
 Why: torch runs the binary update as about 15 kernels forward and 20 backward. At SST's groups
 (47 rows of 150, 1 thread) a forward + backward takes 211 µs in torch ops and 118 µs fused; on
@@ -36,6 +37,7 @@ from foldexp.kernels.native import (
     set_fused_cells_enabled,
     transforms_active,
 )
+from foldexp.kernels.treelstm_few import binary_state_few, few_ops_apply
 
 __all__ = [
     "binary_state",
@@ -217,9 +219,12 @@ def _needs_graph(*tensors: torch.Tensor) -> bool:
 def binary_state(
     z: torch.Tensor, cl: torch.Tensor, cr: torch.Tensor, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(h, c)`` of binary Tree-LSTM nodes: fused where ``applicable``, else torch ops."""
+    """``(h, c)`` of binary Tree-LSTM nodes: fused where ``applicable``, else torch ops (few
+    of them where ``few_ops_apply``: ``treelstm_few.py``)."""
     n, hidden = cl.shape[0], cl.shape[-1]
     if not applicable(z, cl, cr) or not _mask_fits(mask, n, hidden):
+        if not transforms_active() and few_ops_apply(z, cl, cr, mask):
+            return binary_state_few(z, cl, cr, mask)
         return binary_state_ops(z, cl, cr, mask)
     if z.shape != (n, 5 * hidden) or cr.shape != (n, hidden):
         raise ValueError(f"binary_state: z {tuple(z.shape)}, children {tuple(cl.shape)}, "
