@@ -113,11 +113,11 @@ def _hydra_app(name: str, module: str) -> object:
 
 
 def _misspelt_key(exc: BaseException) -> str | None:
-    """``validate.unknown_key``'s line for an override of a key its section lacks: OmegaConf's
+    """``config.errors.unknown_key``'s line for an override of a key its section lacks: OmegaConf's
     cause carries the section (``parent_node``) and the key's full name."""
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-    from foldexp.validate import unknown_key
+    from foldexp.config.errors import unknown_key
 
     cause = exc.__cause__
     if not str(exc).startswith("Could not override") or not isinstance(

@@ -36,11 +36,13 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from foldexp.config.checks import check_config
+from foldexp.config.errors import ConfigError
+from foldexp.config.targets import path_keys
 from foldexp.experiments.build import build_dataset
 from foldexp.train.artifacts import write_json
 from foldexp.train.evaluate import evaluate
 from foldexp.train.runs import RUN_INFO, load_trained
-from foldexp.validate import ConfigError, check_config, path_keys
 
 __all__ = ["run_eval", "SPLITS"]
 

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, open_dict
 from foldexp.bench.schema import register_bench_configs
 from foldexp.config import CONF_DIR
 from foldexp.config.hydra_errors import check_command_line, composition_done
-from foldexp.validate import check_bool_overrides
+from foldexp.config.overrides import check_bool_overrides
 
 __all__ = ["main", "compose_config"]
 

@@ -168,9 +168,10 @@ _SECTIONS = {"": BenchConfig, "scaling": ScalingConfig, "peers": PeersConfig,
 
 def check_bench_config(cfg: Any) -> None:
     """Refuses, naming the key, a ``bench.*`` number outside its schema range or a peer that
-    does not exist, before anything is timed (``foldexp.validate.ConfigError``)."""
+    does not exist, before anything is timed (``foldexp.config.errors.ConfigError``)."""
     from foldexp.bench.peers import PEERS  # registered at import, tests add fakes
-    from foldexp.validate import ConfigError, check_section, check_value
+    from foldexp.config.checks import check_section, check_value
+    from foldexp.config.errors import ConfigError
 
     bench = OmegaConf.to_container(cfg.bench, resolve=True)
     for name, schema in _SECTIONS.items():

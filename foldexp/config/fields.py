@@ -2,7 +2,7 @@
 
 A schema field made with ``ranged`` (or ``positive``, ``non_negative``, ``probability``,
 ``learning_rate``, ``decay``, ``rng_seed``, ``width``) carries
-its valid interval in the dataclass field's metadata; ``foldexp.validate.check_config`` enforces
+its valid interval in the dataclass field's metadata; ``config.checks.check_config`` enforces
 it when a config is composed, naming the key, the value and the range. Every integer key has an
 upper bound too (``tests/reliability/test_config_bounds.py`` walks the schemas): a count a
 user would not wait for, or memory no machine has, fails before anything runs.
@@ -118,7 +118,7 @@ def ranged(
     length: int | None = None,
 ) -> Any:
     """A schema field whose numeric value (or every element of a list value) must lie in the
-    range; ``foldexp.validate.check_config`` enforces it when the config is composed. ``length``:
+    range; ``config.checks.check_config`` enforces it when the config is composed. ``length``:
     the value is a list of exactly that many numbers (Adam's two betas)."""
     meta = {"range": Range(ge, gt, le, lt), "none_ok": none_ok, "length": length}
     if isinstance(default, list):
@@ -220,7 +220,7 @@ def existing_file(default: str | None = None) -> Any:
 
 def a_path(default: Any) -> Any:
     """A schema field naming a file or folder: one that a run folder's config holds is not
-    followed by ``foldexp eval`` unless the command line names it (``validate.path_keys``)."""
+    followed by ``foldexp eval`` unless the command line names it (``config.targets.path_keys``)."""
     return field(default=default, metadata={"path": True})
 
 

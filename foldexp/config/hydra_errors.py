@@ -68,13 +68,14 @@ def still_composing() -> bool:
 
 def check_command_line(cfg: Any) -> None:
     """Checks what OmegaConf lets through the app's command-line overrides (a boolean key given
-    ``2``: ``validate.check_bool_overrides``), as a composition error of Hydra's, so that the
+    ``2``: ``overrides.check_bool_overrides``), as a composition error of Hydra's, so that the
     command reports it as it reports a wrongly typed override. Call before
     ``composition_done()``."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.errors import ConfigCompositionException
 
-    from foldexp.validate import ConfigError, check_bool_overrides, drop_preset_model_keys
+    from foldexp.config.errors import ConfigError
+    from foldexp.config.overrides import check_bool_overrides, drop_preset_model_keys
 
     overrides = list(HydraConfig.get().overrides.task)
     drop_preset_model_keys(cfg, overrides)  # a user's model gets only its own keys

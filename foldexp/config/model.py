@@ -2,7 +2,7 @@
 
 Every default lives here, once; ``conf/model/<name>.yaml`` names its schema and holds
 ``_target_`` and what differs. A model of one's own (``model=custom``) has no schema: its
-constructor's signature is checked instead (``foldexp.validate``).
+constructor's signature is checked instead (``foldexp.config.checks``).
 """
 
 from __future__ import annotations

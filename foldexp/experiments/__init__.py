@@ -1,7 +1,7 @@
 """Which dataset and model a config names, assembled for training.
 
 ``build`` turns a config's ``dataset`` and ``model`` sections into a ``DataBundle`` and a model
-through foldexp's registry (``foldexp.validate``). The dataset builders that ``dataset._target_``
+through foldexp's registry (``config.targets``). The dataset builders that ``dataset._target_``
 names: ``datasets`` (calculator, SST, SST sentences, marked sequences), ``tree_data`` with
 ``tree_files`` (PTB-format trees of one's own; SST is a preset), ``tree_inputs`` (lines of text
 as trees, for ``foldexp predict``), ``text_data`` (a CSV of sentences), ``molecule_data`` (a CSV

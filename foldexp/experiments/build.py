@@ -4,7 +4,7 @@
 ``build_model`` builds ``model._target_`` with the model's own keys plus the entries of the
 dataset's ``info`` its constructor names (``foldexp.models.contract``), and checks the contract
 before any work. Both are plain calls, not Hydra's ``instantiate``: a config is data, and a
-config read back from a run folder is untrusted (``foldexp.validate.check_registered``).
+config read back from a run folder is untrusted (``foldexp.config.targets.check_registered``).
 Rebuilding a trained run from its folder is ``foldexp.train.runs``.
 """
 
@@ -20,8 +20,9 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from foldexp.config.errors import ConfigError
+from foldexp.config.targets import import_target
 from foldexp.models.contract import check_model
-from foldexp.validate import ConfigError, import_target
 
 __all__ = ["build_dataset", "build_model", "check_vectors", "meta_model", "plain_config"]
 

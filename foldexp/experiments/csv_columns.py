@@ -17,9 +17,9 @@ import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from foldexp.config.errors import ConfigError
 from foldexp.data.delimiters import sniff_text_delimiter
 from foldexp.data.textfile import read_text
-from foldexp.validate import ConfigError
 
 __all__ = ["csv_header", "missing_columns"]
 

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from foldexp.config import MAX_GENERATED, enum_value
+from foldexp.config.errors import ConfigError
 from foldexp.data.calculator import OPERATORS, calculator_splits
 from foldexp.data.errors import DatasetNotFoundError
 from foldexp.data.sst import SST_SPLITS, sst_path
 from foldexp.data.vocab import Vocabulary
-from foldexp.validate import ConfigError, check_memory
+from foldexp.experiments.memory import check_memory
 
 __all__ = ["DataBundle", "calculator", "sst", "sst_sentences", "marked_sequences"]
 

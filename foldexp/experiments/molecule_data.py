@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from foldexp.config import enum_value
+from foldexp.config.errors import ConfigError
 from foldexp.data.errors import FormatError, MoleculeError
 from foldexp.data.molecule_csv import (
     MAX_ATOMS,
@@ -47,7 +48,6 @@ from foldexp.data.molecules import (
 from foldexp.data.splits import column_split, random_split, scaffold_split, take
 from foldexp.experiments.csv_columns import missing_columns
 from foldexp.experiments.datasets import DataBundle
-from foldexp.validate import ConfigError
 
 __all__ = ["molecules_csv", "molecule_inputs"]
 

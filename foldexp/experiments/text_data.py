@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from foldexp.config import MAX_CLASSES
+from foldexp.config import enum_value as plain
+from foldexp.config.errors import ConfigError
 from foldexp.data.errors import FormatError
 from foldexp.data.sequences import TextRow, read_text_csv, tokenize
 from foldexp.data.splits import random_split
@@ -28,7 +30,6 @@ from foldexp.data.trees import NO_LABEL
 from foldexp.data.vocab import Vocabulary
 from foldexp.experiments.csv_columns import missing_columns
 from foldexp.experiments.datasets import DataBundle, _pretrained
-from foldexp.validate import ConfigError, plain
 
 __all__ = ["SPLIT_NAMES", "text_csv", "text_inputs"]
 

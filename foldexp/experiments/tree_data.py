@@ -31,11 +31,12 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from foldexp.config import enum_value as plain
+from foldexp.config.errors import ConfigError
 from foldexp.data.trees import NO_LABEL
 from foldexp.data.vocab import Vocabulary
 from foldexp.experiments.datasets import DataBundle, _pretrained, _with_vector_words
 from foldexp.experiments.tree_files import first_non_binary, load_tree_splits
-from foldexp.validate import ConfigError, plain
 
 __all__ = ["sst_options", "trees_ptb"]
 

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from foldexp.config import MAX_CLASSES
+from foldexp.config import enum_value as plain
+from foldexp.config.errors import ConfigError
 from foldexp.data.errors import FormatError
 from foldexp.data.ptb import read_numbered_ptb_file
 from foldexp.data.splits import random_split
 from foldexp.data.trees import NO_LABEL, Tree, gc_paused
-from foldexp.validate import ConfigError, plain
 
 __all__ = ["SPLITS", "TreeSplits", "collapse_unary_chains", "first_non_binary", "load_tree_splits"]
 

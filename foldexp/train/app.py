@@ -17,14 +17,10 @@ import hydra
 from omegaconf import DictConfig, open_dict
 
 from foldexp.config import CONF_DIR, register_configs
+from foldexp.config.checks import check_config
+from foldexp.config.errors import ConfigError, unknown_key
 from foldexp.config.hydra_errors import check_command_line, composition_done
-from foldexp.validate import (
-    ConfigError,
-    check_bool_overrides,
-    check_config,
-    drop_preset_model_keys,
-    unknown_key,
-)
+from foldexp.config.overrides import check_bool_overrides, drop_preset_model_keys
 
 __all__ = [
     "INTERRUPTED",
@@ -65,7 +61,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
 def report_errors(command: str, run: Callable[[], T]) -> T:
     """``run()``; a user error exits with status 2 and its message (``FOLDEXP_TRACEBACK=1``
     shows the traceback instead), and so does running out of memory: the sizes the config asks
-    for are checked against the machine where they can be (``foldexp.validate.check_memory``,
+    for are checked against the machine where they can be (``experiments.memory.check_memory``,
     ``train/preflight.py``), and what is left (activations of a batch too large for a GPU) is
     told in one line with what to make smaller."""
     try:

@@ -15,11 +15,11 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from foldexp.config import enum_value as plain
 from foldexp.train import distributed as dd
 from foldexp.train.loaders import RunLoaders
 from foldexp.train.loggers import progress_bar
 from foldexp.train.sampler import ShardedBatchSampler
-from foldexp.validate import plain
 
 __all__ = ["evaluate", "improves"]
 

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from foldexp.config import enum_value as plain
 from foldexp.train import distributed as dd
 from foldexp.train.artifacts import plot_curves, restorable, write_metrics_csv
 from foldexp.train.checkpoint import save_run
@@ -41,7 +42,6 @@ from foldexp.train.loggers import ProgressLog, RunLoggers, progress_bar
 from foldexp.train.lr_schedule import LRScheduler
 from foldexp.train.sampler import ShardedBatchSampler
 from foldexp.train.task_table import compact_metrics, target_suffixes
-from foldexp.validate import plain
 
 __all__ = ["TrainingDiverged", "TrainingRun", "evaluate_split", "fit", "new_progress"]
 

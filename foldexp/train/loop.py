@@ -39,6 +39,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from foldexp.config import enum_value
+from foldexp.config import enum_value as plain
+from foldexp.config.checks import check_config
+from foldexp.config.errors import ConfigError
 from foldexp.experiments.build import build_dataset, build_model, check_vectors
 from foldexp.kernels import configure_kernels, keep_freed_memory
 from foldexp.train import distributed as dd
@@ -65,7 +68,6 @@ from foldexp.train.sampler import example_sizes
 from foldexp.train.sparse_rows import use_sparse_table_gradients
 from foldexp.train.task_table import compact_metrics, write_task_table
 from foldexp.train.threads import run_threads
-from foldexp.validate import ConfigError, check_config, plain
 
 __all__ = ["run_train", "TrainingDiverged", "resolve_device"]
 

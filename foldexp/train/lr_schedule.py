@@ -19,7 +19,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from foldexp.validate import ConfigError, plain
+from foldexp.config import enum_value as plain
+from foldexp.config.errors import ConfigError
 
 __all__ = ["LRScheduler", "lr_factor", "planned_steps"]
 

@@ -17,10 +17,12 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from foldexp.config import enum_value as plain
+from foldexp.config.errors import ConfigError
 from foldexp.experiments.build import meta_model
+from foldexp.experiments.memory import physical_memory
 from foldexp.train import distributed as dd
 from foldexp.train.checkpoint import rng_state, set_rng_state
-from foldexp.validate import ConfigError, physical_memory, plain
 
 __all__ = ["check_bundle", "check_model_memory", "machine_memory", "resolve_selection"]
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from foldexp.validate import schema_defaults
+from foldexp.config.targets import schema_defaults
 
 __all__ = [
     "MAY_CHANGE",

@@ -27,11 +27,12 @@ import torch
 from omegaconf import DictConfig
 
 from foldexp.config import MAX_CLASSES, MAX_WIDTH
+from foldexp.config.checks import check_run_config
+from foldexp.config.errors import ConfigError
 from foldexp.experiments.build import build_dataset, build_model, meta_model, plain_config
 from foldexp.kernels import flush_denormals
 from foldexp.train.artifacts import read_verified_json, write_json
 from foldexp.train.checkpoint import CorruptFileError, read_checkpoint, rng_state, set_rng_state
-from foldexp.validate import ConfigError, check_run_config
 
 __all__ = [
     "RUN_INFO",
@@ -179,7 +180,7 @@ def read_run_config(
 ) -> dict[str, Any]:
     """The config a run folder's file (``source``, read as ``saved``) records, checked in full
     before anything is built from it: the one check ``predict``, ``eval``, ``ensemble`` and
-    ``model.teacher`` make (``foldexp.validate.check_run_config``: registered targets of their
+    ``model.teacher`` make (``foldexp.config.checks.check_run_config``: registered targets of their
     role, every value in its schema's range). ``need``: the sections it must have."""
     config = saved.get("config") if isinstance(saved, dict) else None
     if not isinstance(config, dict):

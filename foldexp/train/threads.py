@@ -29,12 +29,12 @@ import torch
 from omegaconf import DictConfig
 
 from foldexp.blocks import Embedding
+from foldexp.config.errors import ConfigError
 from foldexp.cpus import available_cpus, cpu_share, threads_for
 from foldexp.train import distributed as dd
 from foldexp.train.artifacts import read_verified_json
 from foldexp.train.runs import RUN_INFO
 from foldexp.train.sampler import example_sizes
-from foldexp.validate import ConfigError
 
 __all__ = ["dense_weights", "step_work", "sweep_jobs", "run_threads"]
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from foldexp.config.errors import ConfigError
 from foldexp.train.app import compose_config
 from foldexp.train.artifacts import (
     CorruptFileError,
@@ -31,7 +32,6 @@ from foldexp.train.artifacts import (
 from foldexp.train.checkpoint import read_checkpoint
 from foldexp.train.loop import run_train
 from foldexp.train.resume_config import ResumeConfigError, config_changes
-from foldexp.validate import ConfigError
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from foldexp.cli import main
+from foldexp.config.errors import ConfigError
 from foldexp.train.app import compose_config
-from foldexp.validate import ConfigError
 
 
 def _one_line(capsys: pytest.CaptureFixture[str], command: str) -> str:

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from foldexp.config.errors import ConfigError
 from foldexp.data.errors import FormatError
 from foldexp.experiments.datasets import calculator, marked_sequences
 from foldexp.experiments.text_data import text_csv
 from foldexp.experiments.tree_data import trees_ptb
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
-from foldexp.validate import ConfigError
 
 ADDITION = ["experiment=addition_attention"]
 WEAVE = ["experiment=esol_weave"]
@@ -191,7 +191,7 @@ def test_every_number_has_a_ceiling_or_a_reason_for_none() -> None:
     import dataclasses
 
     from foldexp import config as schemas
-    from foldexp.validate import TARGETS
+    from foldexp.config.targets import TARGETS
 
     classes = [c for c in TARGETS.values() if c is not None]
     classes += [schemas.TrainConfig, schemas.TrainerConfig, schemas.OptimizerConfig]

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from foldexp import config as schemas
+from foldexp.config.errors import ConfigError
+from foldexp.config.targets import TARGETS
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
-from foldexp.validate import TARGETS, ConfigError
 
 OUT_OF_RANGE = [
     ("trainer.grad_clip=-1", "a finite value >= 0"),

@@ -18,10 +18,10 @@ import pytest
 
 from foldexp.analysis.evaluate_run import run_eval
 from foldexp.cli import main
+from foldexp.config.errors import ConfigError
 from foldexp.data.errors import FormatError
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
-from foldexp.validate import ConfigError
 
 QUICK = [
     "trainer.epochs=1",

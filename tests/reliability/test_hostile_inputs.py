@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from foldexp.analysis.predict import CHUNK_INPUTS, MAX_LINE_BYTES, run_predict
+from foldexp.config.errors import ConfigError
 from foldexp.data.errors import MoleculeError
 from foldexp.data.molecules import load_molecule_csv
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
-from foldexp.validate import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 HUGE = "a" * (MAX_LINE_BYTES + 4096)  # one line past the limit

@@ -19,9 +19,10 @@ import pytest
 from foldexp.analysis.evaluate_run import run_eval
 from foldexp.analysis.predict import run_predict
 from foldexp.cli import main
+from foldexp.config.errors import ConfigError
+from foldexp.config.targets import check_registered
 from foldexp.train.artifacts import write_json
 from foldexp.train.runs import load_trained
-from foldexp.validate import ConfigError, check_registered
 
 
 def _edited(finished: Path, tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
@@ -94,8 +95,8 @@ def test_a_run_loads_without_the_word_vectors_it_trained_with(tmp_path: Path) ->
     from another machine names one that is not here."""
     from omegaconf import OmegaConf
 
+    from foldexp.config.checks import check_config, check_run_config
     from foldexp.train.app import compose_config
-    from foldexp.validate import check_config, check_run_config
 
     vectors = tmp_path / "vectors.txt"
     vectors.write_text("good 0.1 0.2\n")

@@ -19,8 +19,8 @@ import pytest
 from foldexp.analysis.evaluate_run import run_eval
 from foldexp.analysis.predict import run_predict
 from foldexp.cli import main
+from foldexp.config.errors import ConfigError
 from foldexp.train.artifacts import write_json
-from foldexp.validate import ConfigError
 
 SECRET = "root:x:0:0:SECRET-LINE:/root:/bin/bash"
 ROWS = [("a good film", "pos"), ("great fun", "pos"), ("a dull film", "neg"), ("awful", "neg")]

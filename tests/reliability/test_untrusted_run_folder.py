@@ -2,7 +2,7 @@
 
 ``foldexp ensemble``, ``model.teacher``, ``foldexp predict`` and ``foldexp eval`` build models
 and datasets from a run folder's config only through foldexp's registry of targets
-(``foldexp.validate.TARGETS``); anything else is refused naming the file and the key.
+(``foldexp.config.targets.TARGETS``); anything else is refused naming the file and the key.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pytest
 from foldexp.analysis.ensemble import run_ensemble
 from foldexp.analysis.evaluate_run import run_eval
 from foldexp.analysis.predict import run_predict
+from foldexp.config.errors import ConfigError
 from foldexp.train.app import compose_config
 from foldexp.train.artifacts import write_json
 from foldexp.train.loop import run_train
-from foldexp.validate import ConfigError
 
 # Each would run code if a run folder's config were instantiated as it stands.
 PAYLOADS = {

@@ -24,8 +24,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 # The config composers, in one place: if the apps move, only these two imports change.
 from foldexp.bench.app import compose_config as compose_bench
+from foldexp.config.errors import MissingFileError
 from foldexp.train.app import compose_config as compose_train
-from foldexp.validate import MissingFileError
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -15,7 +15,7 @@ ROOT = Path(foldexp.__file__).parent
 RANK = {
     "types": 0, "kernels": 0, "blocks": 1, "compiler": 2, "executor": 3, "testing": 4, "models": 4,
     "data": 4, "config": 5, "experiments": 5.2, "train": 5.5, "analysis": 5.7, "bench": 5.7,
-    "demo": 5, "cli": 6, "__main__": 6, "__init__": 3, "conf": 5, "validate": 5, "startup": 0,
+    "demo": 5, "cli": 6, "__main__": 6, "__init__": 3, "conf": 5, "startup": 0,
     "cpus": 0,
     "logs": 0,
 }  # fmt: skip

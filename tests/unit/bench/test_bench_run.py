@@ -16,7 +16,7 @@ from foldexp.bench.plots import redraw
 from foldexp.bench.results import CSV_NAME, FIELDS, to_frame
 from foldexp.bench.run import run_bench
 from foldexp.bench.timing import setup_env
-from foldexp.validate import ConfigError
+from foldexp.config.errors import ConfigError
 
 
 @pytest.fixture(scope="module")

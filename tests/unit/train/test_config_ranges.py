@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from foldexp.config import FLOAT32_MAX, Range
+from foldexp.config.errors import ConfigError
 from foldexp.train.app import compose_config
-from foldexp.validate import ConfigError
 
 
 def _refused(overrides: list[str]) -> str:

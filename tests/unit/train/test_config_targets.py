@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from foldexp.config.errors import ConfigError
+from foldexp.config.targets import TARGETS
 from foldexp.train.app import compose_config
-from foldexp.validate import TARGETS, ConfigError
 
 
 @pytest.mark.parametrize("target", ["torch.optim.RMSprop", "os.system"])

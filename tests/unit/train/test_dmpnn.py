@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from foldexp.analysis.predict import run_predict
+from foldexp.config.errors import ConfigError
 from foldexp.data import featurize
 from foldexp.data.molecules import MoleculeGraph
 from foldexp.models.dmpnn import BOND_TYPE_COLUMNS, DMPNNModel, directed_bonds
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
-from foldexp.validate import ConfigError
 
 SMILES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "[Na+].[Cl-]", "C", "ClC(Cl)Cl", "C#N"]
 

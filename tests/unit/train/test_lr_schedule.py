@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 import torch
 
+from foldexp.config.errors import ConfigError
 from foldexp.train.app import compose_config
 from foldexp.train.checkpoint import read_checkpoint
 from foldexp.train.loop import run_train
 from foldexp.train.lr_schedule import LRScheduler, lr_factor, planned_steps
 from foldexp.train.optim import build_optimizer
-from foldexp.validate import ConfigError
 
 
 def test_warmup_rises_to_one_then_each_shape_decays_to_its_floor() -> None:

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
+from foldexp.config.errors import ConfigError
 from foldexp.data.errors import DatasetNotFoundError, DataWarning, FormatError, MoleculeError
 from foldexp.experiments.molecule_data import molecule_inputs, molecules_csv
 from foldexp.models.scores import average_precision, roc_auc
@@ -23,7 +24,6 @@ from foldexp.models.weave import WeaveModel, WeaveRegressor
 from foldexp.train import distributed as dd
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
-from foldexp.validate import ConfigError
 
 SMILES = [
     "CCO", "CCCC", "c1ccccc1", "CC(=O)O", "CCN", "OCCO", "c1ccncc1", "CC(C)O", "ClCCl",

@@ -18,9 +18,9 @@ import pytest
 from foldexp.analysis.evaluate_run import run_eval
 from foldexp.analysis.predict import read_inputs, run_predict
 from foldexp.cli import main as cli_main
+from foldexp.config.errors import ConfigError
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
-from foldexp.validate import ConfigError
 
 SMILES = [
     "CCO", "CCCC", "c1ccccc1", "CC(=O)O", "CCN", "OCCO", "c1ccncc1", "CC(C)O", "ClCCl",

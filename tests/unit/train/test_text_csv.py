@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from foldexp.config.errors import ConfigError
 from foldexp.data.errors import FormatError
 from foldexp.data.sequences import read_text_csv, tokenize
 from foldexp.experiments.text_data import text_csv, text_inputs
 from foldexp.models.sequence import SequenceLSTMClassifier
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
-from foldexp.validate import ConfigError
 
 ROWS = [
     ("a good film", "pos"),

@@ -15,12 +15,12 @@ from omegaconf import OmegaConf
 
 from foldexp import cpus
 from foldexp.blocks import Embedding
+from foldexp.config.errors import ConfigError
 from foldexp.cpus import WORK_PER_THREAD, cgroup_cpus, cpu_share, threads_for
 from foldexp.train import threads as run_threads_mod
 from foldexp.train.artifacts import write_json
 from foldexp.train.distributed import DistContext
 from foldexp.train.threads import dense_weights, run_threads, step_work, sweep_jobs
-from foldexp.validate import ConfigError
 
 
 def _cgroup(tmp_path: Path, proc_line: str, files: dict[str, str]) -> float | None:

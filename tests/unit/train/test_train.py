@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 import torch
 
+from foldexp.config.errors import ConfigError
 from foldexp.train.app import compose_config
 from foldexp.train.loop import TrainingDiverged, run_train
-from foldexp.validate import ConfigError
 
 TINY = [
     "dataset.n=300",

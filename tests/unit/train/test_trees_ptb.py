@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from foldexp.analysis.predict import run_predict
+from foldexp.config.errors import ConfigError
 from foldexp.data.errors import FormatError
 from foldexp.data.sst import load_sst
 from foldexp.data.trees import NO_LABEL, Tree
@@ -22,7 +23,6 @@ from foldexp.experiments.tree_inputs import right_branching, tree_inputs
 from foldexp.models.tree_lstm import TreeLSTMClassifier
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
-from foldexp.validate import ConfigError
 
 # Three classes, binary trees; -1 marks a node without a label.
 BINARY = [

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from foldexp.config.errors import ConfigError
 from foldexp.models.contract import ModelContractError
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
-from foldexp.validate import ConfigError
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "docs" / "examples"
 TINY = ["dataset.n=60", "trainer.epochs=2", "trainer.progress=false", "trainer.plots=false"]
@@ -66,7 +66,7 @@ def test_an_experiments_model_keys_do_not_reach_a_users_model(
 ) -> None:
     """experiment=text_csv sets model.hidden_size for its LSTM: a user's model failed on it."""
     args = ["experiment=text_csv", "dataset.path=reviews.csv", *CUSTOM, "+model.size=8"]
-    with caplog.at_level("INFO", logger="foldexp.validate"):
+    with caplog.at_level("INFO", logger="foldexp.config.overrides"):
         cfg = compose_config(args, tmp_path)
     assert dict(cfg.model) == {"_target_": "bag_of_words.BagOfWords", "name": "custom", "size": 8}
     assert "model.hidden_size, model.dropout are for its own model" in caplog.text
@@ -75,3 +75,27 @@ def test_an_experiments_model_keys_do_not_reach_a_users_model(
         compose_config([*args, "model.dropout=0.1"], tmp_path)
     # foldexp's own models keep the preset's keys
     assert compose_config(args[:2], tmp_path).model.hidden_size == 150
+
+
+def test_a_users_model_file_keeps_its_own_keys(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A model file of the user's own (``conf/model/bow.yaml`` on ``hydra.searchpath``) gives
+    its model its keys; they were dropped as if an experiment preset had set them, and the
+    model trained with its default size, saying only that in an INFO line."""
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / "bow.yaml").write_text(
+        "_target_: bag_of_words.BagOfWords\nname: bow\nsize: 48\n"
+    )
+    search = f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
+    with caplog.at_level("INFO", logger="foldexp.config.overrides"):
+        cfg = compose_config([*TINY, "model=bow", search], tmp_path)
+    assert dict(cfg.model) == {"_target_": "bag_of_words.BagOfWords", "name": "bow", "size": 48}
+    assert "are for its own model" not in caplog.text
+    # a foldexp preset's keys still stay away from it, and the file's own keys still reach it
+    args = ["experiment=text_csv", "dataset.path=reviews.csv", "model=bow", search]
+    assert dict(compose_config(args, tmp_path).model) == {
+        "_target_": "bag_of_words.BagOfWords",
+        "name": "bow",
+        "size": 48,
+    }
