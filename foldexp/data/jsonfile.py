@@ -15,7 +15,7 @@ from typing import Any
 
 from foldexp.data.errors import FormatError
 
-__all__ = ["read_json"]
+__all__ = ["parse_json", "read_json"]
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
@@ -27,7 +27,12 @@ def read_json(path: str | os.PathLike[str]) -> Any:
             message is ``path:line:column: expected ...``.
     """
     path = Path(path)
-    data = path.read_bytes()
+    return parse_json(path.read_bytes(), path)
+
+
+def parse_json(data: bytes, path: str | os.PathLike[str]) -> Any:
+    """The value the bytes ``data``, read from the file ``path``, hold as JSON: for a caller
+    that has already read them (to check their checksum); errors as ``read_json``'s."""
     try:
         text = data.decode("utf-8-sig")  # a byte-order mark is harmless: skip it
     except UnicodeDecodeError as exc:

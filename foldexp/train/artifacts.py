@@ -1,4 +1,4 @@
-"""Run-directory files: atomic writes, checksums, ``metrics.csv``, plots, ``results.json``.
+"""Run-directory files: atomic writes, checksums, ``results.json``.
 
 Every file is written to a temporary name in the same folder and renamed into place, so a run
 killed at any moment leaves either the old file or the new one, never half of one. The temporary
@@ -32,23 +32,20 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
 import json
 import logging
 import os
 import re
 import stat
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import numpy as np
-import pandas as pd
-
-from foldexp.data.cells import spreadsheet_frame
-from foldexp.data.jsonfile import read_json
+from foldexp.data.jsonfile import parse_json
 from foldexp.train.write_errors import WriteFailedError, write_failed
 
 __all__ = [
@@ -60,13 +57,11 @@ __all__ = [
     "file_mode",
     "file_sha256",
     "open_regular",
-    "plot_curves",
     "restorable",
     "read_verified_json",
     "trust_unverified",
     "verify_file",
     "write_json",
-    "write_metrics_csv",
     "write_text",
 ]
 
@@ -229,11 +224,21 @@ def verify_file(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
+
+    def measure() -> tuple[str, int]:
+        size = os.fstat(opened.fileno()).st_size if opened else path.stat().st_size
+        return (_sha256(opened) if opened else file_sha256(path)), size
+
+    return _check_sidecar(path, advice, measure)
+
+
+def _check_sidecar(path: Path, advice: str, measure: Callable[[], tuple[str, int]]) -> bool:
+    """``verify_file``'s check of the contents ``measure`` hashes (their sha256 and size)
+    against ``path``'s sidecar; ``measure`` runs only once the sidecar has been read."""
     try:
         accepted = _read_sidecar(path)
     except CorruptFileError as exc:
         return _unverified(path, f"cannot be verified ({exc})", advice)
-    size = os.fstat(opened.fileno()).st_size if opened else path.stat().st_size
     if accepted is None:
         return _unverified(
             path,
@@ -241,7 +246,7 @@ def verify_file(
             "someone, or written before foldexp stored checksums)",
             advice,
         )
-    digest = _sha256(opened) if opened else file_sha256(path)
+    digest, size = measure()
     if digest not in accepted:
         what = "is empty (0 bytes)" if size == 0 else f"does not match its checksum ({size} bytes)"
         return _unverified(
@@ -265,9 +270,17 @@ def open_regular(path: Path) -> BinaryIO:
 
 
 def read_verified_json(path: str | os.PathLike[str], advice: str = "") -> Any:
-    """A JSON file's value after ``verify_file``; malformed JSON fails naming file and line."""
-    verify_file(path, advice)
-    return read_json(path)
+    """A JSON file's value after ``verify_file``'s check; malformed JSON fails naming file and
+    line. The file is read once: the bytes checked are the bytes parsed, so a file swapped in
+    between cannot be read unchecked."""
+    path = Path(path)
+    try:
+        with open_regular(path) as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    _check_sidecar(path, advice, lambda: (_sha256(io.BytesIO(data)), len(data)))
+    return parse_json(data, path)
 
 
 # ---------------------------------------------------------------------- writing
@@ -363,130 +376,3 @@ def write_json(path: str | os.PathLike[str], data: Any, checksum: bool = True) -
     """A result file: JSON, atomically, with a ``.sha256`` sidecar."""
     text = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
     return write_text(path, text, checksum=checksum)
-
-
-def write_metrics_csv(path: str | os.PathLike[str], rows: list[dict[str, Any]]) -> Path:
-    """One row per epoch, columns in first-seen order (with a ``.sha256`` sidecar)."""
-    return atomic_write(
-        path,
-        lambda tmp: spreadsheet_frame(pd.DataFrame(rows)).to_csv(tmp, index=False),
-        checksum=True,
-    )
-
-
-def plot_curves(
-    csv_path: str | os.PathLike[str],
-    out_dir: str | os.PathLike[str],
-    title: str | None = None,
-    best_epoch: int | None = None,
-    tasks: Sequence[str] = (),
-    units: Sequence[str] | None = None,
-) -> list[Path]:
-    """Draws ``loss.png`` and ``<metric>.png`` from a ``metrics.csv`` (redrawable any time).
-
-    Each plot is titled with the run (``title``, default: the run folder's name; the training
-    loop's names the data file and the model) and marks ``best_epoch``, the checkpoint kept;
-    losses go on a log axis, where late epochs' small differences stay visible. Epochs are
-    whole numbers on the axis. ``tasks``: the targets' metric suffixes of a run over several
-    targets; their per-target metrics (``dev_roc_auc_NR_AR``) make one figure of small
-    multiples, ``per_task.png``, not a file each. ``units``: each target's units, written on
-    the RMSE and MAE axes.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from foldexp.train.task_table import per_task_keys
-
-    df = pd.read_csv(csv_path)
-    out_dir = Path(out_dir)
-    title = title or out_dir.resolve().name
-    per_task = per_task_keys(list(df.columns), tasks)
-    common = units[0] if units and len(set(units)) == 1 else None
-    written = []
-    metrics = sorted(
-        {
-            c.split("_", 1)[1]
-            for c in df.columns
-            if c.startswith(("train_", "dev_")) and "_" in c and c not in per_task
-        }
-    )
-    for metric in metrics:
-        cols = [c for c in (f"train_{metric}", f"dev_{metric}") if c in df.columns]
-        if not cols or df[cols].isna().all().all():
-            continue
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        _curves(ax, df, cols, best_epoch, metric, common)
-        ax.set_title(title, fontsize=9)
-        ax.legend()
-        written.append(_save_figure(plt, fig, out_dir / f"{metric}.png"))
-    if per_task:
-        written.append(_small_multiples(plt, df, tasks, units, title, best_epoch, out_dir))
-    return written
-
-
-def _curves(
-    ax: Any, df: pd.DataFrame, cols: list[str], best: int | None, metric: str, unit: str | None
-) -> None:
-    """Train and dev curves of one metric on ``ax``: whole epochs, one label per axis."""
-    from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
-
-    for c in cols:
-        ax.plot(df["epoch"], df[c], marker="o", label=c.split("_", 1)[0])
-    if best is not None and best >= 0:
-        ax.axvline(best, color="grey", linestyle="--", label=f"best (epoch {best})")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no epoch 0.5
-    if metric == "loss" and (df[cols] > 0).all().all():
-        ax.set_yscale("log")
-        # plain numbers on the major ticks only: a log axis within one decade labelled its
-        # minor ticks too, in another notation (0.6 beside 6×10⁻¹)
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
-        low, high = df[cols].min().min(), df[cols].max().max()
-        if high / low < 10:  # no decade inside: a few plain ticks across the data
-            ax.set_yticks(np.geomspace(low, high, 4))
-    ax.set_xlabel("epoch")
-    is_error = metric.split("_", 1)[0] in ("rmse", "mae")
-    ax.set_ylabel(f"{metric} ({unit})" if unit and is_error else metric)
-    ax.grid(alpha=0.3)
-
-
-def _small_multiples(
-    plt: Any,
-    df: pd.DataFrame,
-    tasks: Sequence[str],
-    units: Sequence[str] | None,
-    title: str,
-    best: int | None,
-    out_dir: Path,
-) -> Path:
-    """``per_task.png``: one panel per target of its first per-target metric (ROC AUC for
-    classification, RMSE for regression), train and dev."""
-    base = next(
-        m for m in ("roc_auc", "rmse", "prc_auc", "mae") if f"dev_{m}_{tasks[0]}" in df.columns
-    )
-    width = min(4, len(tasks))
-    height = -(-len(tasks) // width)
-    fig, axes = plt.subplots(
-        height, width, figsize=(3 * width, 2.4 * height), squeeze=False, sharex=True
-    )
-    for k, (ax, suffix) in enumerate(zip(axes.flat, tasks, strict=False)):
-        cols = [c for c in (f"train_{base}_{suffix}", f"dev_{base}_{suffix}") if c in df.columns]
-        unit = units[k] if units else None
-        _curves(ax, df, cols, best, base, unit)
-        ax.set_title(suffix, fontsize=9)
-        ax.set_xlabel("")
-    for ax in list(axes.flat)[len(tasks) :]:
-        ax.set_visible(False)
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"{title}: {base} per target", fontsize=10)
-    fig.supxlabel("epoch", fontsize=9)
-    return _save_figure(plt, fig, out_dir / "per_task.png")
-
-
-def _save_figure(plt: Any, fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
-    plt.close(fig)
-    return path

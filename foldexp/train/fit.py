@@ -33,8 +33,9 @@ from omegaconf import DictConfig
 
 from foldexp.config import enum_value as plain
 from foldexp.train import distributed as dd
-from foldexp.train.artifacts import plot_curves, restorable, write_metrics_csv
+from foldexp.train.artifacts import restorable
 from foldexp.train.checkpoint import save_run
+from foldexp.train.curves import plot_curves, write_metrics_csv
 from foldexp.train.ema import ParamAverage
 from foldexp.train.evaluate import evaluate, improves
 from foldexp.train.loaders import RunLoaders

@@ -37,8 +37,9 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from foldexp.train import distributed as dd
-from foldexp.train.artifacts import CHECKSUM_SUFFIX, plot_curves, write_metrics_csv
+from foldexp.train.artifacts import CHECKSUM_SUFFIX
 from foldexp.train.checkpoint import check_resume
+from foldexp.train.curves import plot_curves, write_metrics_csv
 
 try:
     import fcntl

@@ -5,7 +5,7 @@ A model scoring several targets reports, beside the mean over targets (``dev_roc
 metric per target named ``<split>_<metric>_<suffix>`` (``dev_roc_auc_NR_AR``; the suffixes are
 ``target_suffixes`` of the targets' names). The epoch line leaves those out
 (``compact_metrics``); the learning curves draw them as one figure of small multiples
-(``artifacts.plot_curves``); and ``write_task_table`` writes ``results.md`` and
+(``curves.plot_curves``); and ``write_task_table`` writes ``results.md`` and
 ``per_task.csv`` at the end: each target's labelled test molecules (and positives, for
 classification) and its test ROC AUC and PRC AUC, or RMSE and MAE in the target's units
 (``dataset.units``).

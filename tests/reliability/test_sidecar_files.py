@@ -89,3 +89,27 @@ def test_a_checkpoint_swapped_after_its_check_is_not_what_loads(
     monkeypatch.setattr(checkpoint, "verify_file", verify_then_swap)
     loaded = checkpoint.read_checkpoint(best, need=("model",))["model"]
     assert all(torch.equal(loaded[k], original[k]) for k in original)
+
+
+def test_a_json_file_swapped_after_its_check_is_not_what_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JSON checked is the JSON parsed: before, ``read_verified_json`` hashed the file by
+    name, then read it again by name, so one renamed onto it between the two was read
+    unchecked."""
+    from foldexp.train import artifacts
+
+    path = artifacts.write_json(tmp_path / "results.json", {"test_accuracy": 0.5})
+    forged = tmp_path / "forged.json"
+    forged.write_text('{"test_accuracy": 1.0}\n')
+    real = artifacts._sha256
+
+    def hash_then_swap(f: object) -> str:
+        digest = real(f)  # type: ignore[arg-type]
+        if forged.exists():
+            os.replace(forged, path)  # the swap, right after the contents were hashed
+        return digest
+
+    monkeypatch.setattr(artifacts, "_sha256", hash_then_swap)
+    assert artifacts.read_verified_json(path) == {"test_accuracy": 0.5}
+    assert not forged.exists()  # the swap happened

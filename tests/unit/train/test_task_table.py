@@ -15,7 +15,7 @@ import pytest
 
 from foldexp.data.molecules import MoleculeGraph
 from foldexp.train.app import compose_config
-from foldexp.train.artifacts import plot_curves
+from foldexp.train.curves import plot_curves
 from foldexp.train.loop import run_train
 from foldexp.train.task_table import compact_metrics, per_task_keys, write_task_table
 
