@@ -67,9 +67,8 @@ from foldexp.data.wordvec import AlignedVectors, align_word_vectors, read_word_v
 
 if TYPE_CHECKING:
     from foldexp.data.featurize import ATOM_FEATURES, PAIR_FEATURES
+    from foldexp.data.molecule_graphs import MoleculeDataset, MoleculeGraph
     from foldexp.data.molecules import (
-        MoleculeDataset,
-        MoleculeGraph,
         load_esol,
         load_freesolv,
         load_molecule_csv,
@@ -78,8 +77,8 @@ if TYPE_CHECKING:
 _LAZY = {
     "ATOM_FEATURES": "foldexp.data.featurize",
     "PAIR_FEATURES": "foldexp.data.featurize",
-    "MoleculeDataset": "foldexp.data.molecules",
-    "MoleculeGraph": "foldexp.data.molecules",
+    "MoleculeDataset": "foldexp.data.molecule_graphs",
+    "MoleculeGraph": "foldexp.data.molecule_graphs",
     "load_esol": "foldexp.data.molecules",
     "load_freesolv": "foldexp.data.molecules",
     "load_molecule_csv": "foldexp.data.molecules",

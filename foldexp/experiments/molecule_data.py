@@ -38,13 +38,8 @@ from foldexp.data.molecule_csv import (
     read_csv_column,
     record_lines,
 )
-from foldexp.data.molecules import (
-    FETCHABLE,
-    MoleculeDataset,
-    MoleculeGraph,
-    load_molecule_csv,
-    not_found,
-)
+from foldexp.data.molecule_graphs import MoleculeDataset, MoleculeGraph
+from foldexp.data.molecules import FETCHABLE, load_molecule_csv, not_found
 from foldexp.data.splits import column_split, random_split, scaffold_split, take
 from foldexp.experiments.csv_columns import missing_columns
 from foldexp.experiments.datasets import DataBundle

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from foldexp.analysis.predict import read_inputs
+from foldexp.analysis.predict_inputs import read_inputs
 from foldexp.analysis.report import collect_results
 from foldexp.data import fetch
 from foldexp.data.cli import main

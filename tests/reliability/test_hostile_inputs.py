@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from foldexp.analysis.predict import CHUNK_INPUTS, MAX_LINE_BYTES, run_predict
+from foldexp.analysis.predict import CHUNK_INPUTS, run_predict
+from foldexp.analysis.predict_inputs import MAX_LINE_BYTES
 from foldexp.config.errors import ConfigError
 from foldexp.data.errors import MoleculeError
 from foldexp.data.molecules import load_molecule_csv

@@ -15,7 +15,7 @@ import torch
 from foldexp.analysis.predict import run_predict
 from foldexp.config.errors import ConfigError
 from foldexp.data import featurize
-from foldexp.data.molecules import MoleculeGraph
+from foldexp.data.molecule_graphs import MoleculeGraph
 from foldexp.models.dmpnn import BOND_TYPE_COLUMNS, DMPNNModel, directed_bonds
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train

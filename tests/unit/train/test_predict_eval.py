@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from foldexp.analysis.evaluate_run import run_eval
-from foldexp.analysis.predict import read_inputs, run_predict
+from foldexp.analysis.predict import run_predict
+from foldexp.analysis.predict_inputs import read_inputs
 from foldexp.cli import main as cli_main
 from foldexp.config.errors import ConfigError
 from foldexp.train.app import compose_config

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from foldexp.data.molecules import MoleculeGraph
+from foldexp.data.molecule_graphs import MoleculeGraph
 from foldexp.train.app import compose_config
 from foldexp.train.curves import plot_curves
 from foldexp.train.loop import run_train
