@@ -70,22 +70,43 @@ def check_block(
 
     eager = [root.eval(x, device=where) for x in inputs]
     if expected is not None:
-        assert len(expected) == len(inputs)
-        for k, (want, got) in enumerate(zip(expected, eager)):
-            wants, gots = flatten_tensors(_as_tensors(want)), flatten_tensors(got)
-            assert len(wants) == len(gots), f"input {k}: expected {want!r}, got {got!r}"
-            for w, g in zip(wants, gots):
-                _close(g, w, rtol, atol, f"input {k}: eager value vs expected")
+        _check_expected(eager, expected, len(inputs), rtol, atol)
     if expected_depth is not None:
-        depths = (
-            [expected_depth] * len(inputs)
-            if isinstance(expected_depth, int)
-            else list(expected_depth)
-        )
-        for k, (x, want) in enumerate(zip(inputs, depths)):
-            got = root.max_depth(x)
-            assert got == want, f"input {k}: depth {got}, expected {want}"
+        _check_depths(root, inputs, expected_depth)
+    batched = _check_batched(compiler, inputs, eager, rtol, atol)
+    if check_grads and params and any(o.dtype.is_floating_point for o in batched):
+        _check_gradients(compiler, inputs, batched, params, seed, (rtol, atol))
+    return compiler
 
+
+def _check_expected(
+    eager: list[Any], expected: Sequence[Any], n: int, rtol: float, atol: float
+) -> None:
+    """``check_block``'s first step: each input's eager value is the one ``expected``."""
+    assert len(expected) == n
+    for k, (want, got) in enumerate(zip(expected, eager)):
+        wants, gots = flatten_tensors(_as_tensors(want)), flatten_tensors(got)
+        assert len(wants) == len(gots), f"input {k}: expected {want!r}, got {got!r}"
+        for w, g in zip(wants, gots):
+            _close(g, w, rtol, atol, f"input {k}: eager value vs expected")
+
+
+def _check_depths(root: Block, inputs: Sequence[Any], expected_depth: int | Sequence[int]) -> None:
+    """Each input's depth through ``root`` is the one expected (one for all, or one each)."""
+    depths = (
+        [expected_depth] * len(inputs) if isinstance(expected_depth, int) else list(expected_depth)
+    )
+    for k, (x, want) in enumerate(zip(inputs, depths)):
+        got = root.max_depth(x)
+        assert got == want, f"input {k}: depth {got}, expected {want}"
+
+
+def _check_batched(
+    compiler: Compiler, inputs: Sequence[Any], eager: list[Any], rtol: float, atol: float
+) -> list[torch.Tensor]:
+    """The batched run's outputs, on the model's device, one row per input equal to that
+    input's eager value; returns them."""
+    where = compiler.device
     batched = flatten_tensors(compiler(list(inputs)))
     for c, out in enumerate(batched):
         assert out.device == where, f"output {c} on {out.device}, the model on {where}"
@@ -94,42 +115,55 @@ def check_block(
         assert out.shape[0] == len(inputs), f"output {c}: {out.shape[0]} rows for {len(inputs)}"
         for k in range(len(inputs)):
             _close(out[k], eager_rows[k][c], rtol, atol, f"output {c}, input {k}: batched vs eager")
+    return batched
 
-    if check_grads and params and any(o.dtype.is_floating_point for o in batched):
-        gen = torch.Generator().manual_seed(seed)
-        weights = [
-            torch.randn(o.shape, generator=gen, dtype=torch.float64).to(where)
-            if o.dtype.is_floating_point
-            else None
-            for o in batched
-        ]
 
-        def loss_of(outs: list[torch.Tensor]) -> torch.Tensor:
-            return sum((o.double() * w).sum() for o, w in zip(outs, weights) if w is not None)
+def _check_gradients(
+    compiler: Compiler,
+    inputs: Sequence[Any],
+    batched: list[torch.Tensor],
+    params: list[torch.Tensor],
+    seed: int,
+    tolerance: tuple[float, float],
+) -> None:
+    """The gradients of a random weighting of the outputs (``seed``) are the same batched as
+    summed over the inputs run eagerly one by one."""
+    rtol, atol = tolerance
+    root: Block = compiler.root
+    where = compiler.device
+    gen = torch.Generator().manual_seed(seed)
+    weights = [
+        torch.randn(o.shape, generator=gen, dtype=torch.float64).to(where)
+        if o.dtype.is_floating_point
+        else None
+        for o in batched
+    ]
 
-        compiler.zero_grad()
-        batched_loss = loss_of(flatten_tensors(compiler(list(inputs))))
-        batched_grads = torch.autograd.grad(batched_loss, params, allow_unused=True)
-        per_input = []
-        for k, x in enumerate(inputs):
-            outs = flatten_tensors(root.eval(x, device=where))
-            per_input.append(
-                sum((o.double() * w[k]).sum() for o, w in zip(outs, weights) if w is not None)
-            )
-        eager_loss = sum(per_input)
-        eager_grads = torch.autograd.grad(eager_loss, params, allow_unused=True)
-        _close(batched_loss.detach(), eager_loss.detach(), rtol, atol, "loss: batched vs eager")
-        for i, (gb, ge) in enumerate(zip(batched_grads, eager_grads)):
-            gb = torch.zeros_like(params[i]) if gb is None else gb
-            ge = torch.zeros_like(params[i]) if ge is None else ge
-            _close(
-                gb,
-                ge,
-                rtol,
-                max(atol, 1e-4),
-                f"gradient of parameter {i} {tuple(params[i].shape)}: batched vs eager",
-            )
-    return compiler
+    def loss_of(outs: list[torch.Tensor]) -> torch.Tensor:
+        return sum((o.double() * w).sum() for o, w in zip(outs, weights) if w is not None)
+
+    compiler.zero_grad()
+    batched_loss = loss_of(flatten_tensors(compiler(list(inputs))))
+    batched_grads = torch.autograd.grad(batched_loss, params, allow_unused=True)
+    per_input = []
+    for k, x in enumerate(inputs):
+        outs = flatten_tensors(root.eval(x, device=where))
+        per_input.append(
+            sum((o.double() * w[k]).sum() for o, w in zip(outs, weights) if w is not None)
+        )
+    eager_loss = sum(per_input)
+    eager_grads = torch.autograd.grad(eager_loss, params, allow_unused=True)
+    _close(batched_loss.detach(), eager_loss.detach(), rtol, atol, "loss: batched vs eager")
+    for i, (gb, ge) in enumerate(zip(batched_grads, eager_grads)):
+        gb = torch.zeros_like(params[i]) if gb is None else gb
+        ge = torch.zeros_like(params[i]) if ge is None else ge
+        _close(
+            gb,
+            ge,
+            rtol,
+            max(atol, 1e-4),
+            f"gradient of parameter {i} {tuple(params[i].shape)}: batched vs eager",
+        )
 
 
 def check_devices_agree(

@@ -285,15 +285,7 @@ def molecules_csv(
     fractions = tuple(float(f) for f in fractions)
     _check_keys(path, targets, task, on_invalid, split, split_column, fractions)
     targets = [str(t) for t in targets]
-    if units is not None and len(units) != len(targets):
-        raise ConfigError(
-            f"dataset.units names {len(units)} units for {len(targets)} targets "
-            f"(dataset.targets={targets}); give one per target, in the same order"
-        )
-    if balance and task == "regression":
-        raise ConfigError(
-            "dataset.balance=true weights positive labels: it needs task=classification"
-        )
+    _check_units_and_balance(targets, task, units, balance)
     columns = {"dataset.smiles_column": smiles_column, "dataset.targets": targets}
     if split == "column":
         columns["dataset.split_column"] = str(split_column)
@@ -324,27 +316,49 @@ def molecules_csv(
             f"dataset {name}: the train split is empty (train 0, dev {len(dev)}, test "
             f"{len(test)}); check dataset.limit, the split fractions or the files"
         )
+    return DataBundle(train, dev, test, _info(graphs[0], train, targets, task, units, balance))
+
+
+def _check_units_and_balance(
+    targets: list[str], task: str, units: Sequence[str] | None, balance: bool
+) -> None:
+    """``dataset.units`` gives one unit per target; ``dataset.balance`` needs classification."""
+    if units is not None and len(units) != len(targets):
+        raise ConfigError(
+            f"dataset.units names {len(units)} units for {len(targets)} targets "
+            f"(dataset.targets={targets}); give one per target, in the same order"
+        )
+    if balance and task == "regression":
+        raise ConfigError(
+            "dataset.balance=true weights positive labels: it needs task=classification"
+        )
+
+
+def _info(
+    first: MoleculeGraph,
+    train: list[MoleculeGraph],
+    targets: list[str],
+    task: str,
+    units: Sequence[str] | None,
+    balance: bool,
+) -> dict[str, Any]:
+    """``bundle.info`` (see ``molecules_csv``): feature sizes from ``first``, the targets'
+    statistics over ``train`` (regression) and the positives' weight (``balance``)."""
     if task == "regression" and train:
         mean, std = _statistics(train)
     else:
         mean, std = [0.0] * len(targets), [1.0] * len(targets)
-    first = graphs[0]
-    return DataBundle(
-        train,
-        dev,
-        test,
-        {
-            "atom_features": int(first.atom_features.shape[1]),
-            "pair_features": int(first.pair_features.shape[2]),
-            "num_targets": len(targets),
-            "target_mean": mean,
-            "target_std": std,
-            "task": task,
-            "target_names": targets,
-            "pos_weight": _pos_weight(train) if balance and train else None,
-            "target_units": [str(u) for u in units] if units is not None else None,
-        },
-    )
+    return {
+        "atom_features": int(first.atom_features.shape[1]),
+        "pair_features": int(first.pair_features.shape[2]),
+        "num_targets": len(targets),
+        "target_mean": mean,
+        "target_std": std,
+        "task": task,
+        "target_names": targets,
+        "pos_weight": _pos_weight(train) if balance and train else None,
+        "target_units": [str(u) for u in units] if units is not None else None,
+    }
 
 
 def molecule_inputs(

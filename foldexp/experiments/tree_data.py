@@ -125,18 +125,9 @@ def trees_ptb(
         limit,
     )
     if num_classes is None:
-        how = "after dataset.label_map" if label_map is not None else "dataset.num_classes not set"
-        log.info(
-            "%s: %d classes, 0..%d, from the training labels (%s)",
-            name,
-            data.num_classes,
-            data.num_classes - 1,
-            how,
-        )
+        _log_inferred_classes(name, data.num_classes, label_map)
     train, dev, test = data.trees
-    vocab = Vocabulary.from_trees(train, lowercase=lowercase, min_count=min_count)
-    if word_vectors and vector_vocab:
-        vocab = _with_vector_words(vocab, word_vectors, [dev, test])
+    vocab = _vocabulary(data.trees, lowercase, min_count, word_vectors if vector_vocab else None)
     non_binary = first_non_binary(data.trees, data.origins)
     if non_binary:
         log.info("%s: not all trees are binary: %s", name, non_binary)
@@ -155,6 +146,30 @@ def trees_ptb(
             "non_binary_tree": non_binary,
         },
     )
+
+
+def _log_inferred_classes(name: str, num_classes: int, label_map: list[int] | None) -> None:
+    """Says how many classes the training labels gave, where ``dataset.num_classes`` is unset."""
+    how = "after dataset.label_map" if label_map is not None else "dataset.num_classes not set"
+    log.info(
+        "%s: %d classes, 0..%d, from the training labels (%s)",
+        name,
+        num_classes,
+        num_classes - 1,
+        how,
+    )
+
+
+def _vocabulary(
+    trees: Sequence[list[Any]], lowercase: bool, min_count: int, vector_file: str | None
+) -> Vocabulary:
+    """The training trees' words; with ``vector_file`` (``dataset.vector_vocab``), also the
+    dev and test words that file has a vector for."""
+    train, dev, test = trees
+    vocab = Vocabulary.from_trees(train, lowercase=lowercase, min_count=min_count)
+    if vector_file:
+        vocab = _with_vector_words(vocab, vector_file, [dev, test])
+    return vocab
 
 
 def sst_options(view: str, neutral_nodes: bool) -> dict[str, Any]:
