@@ -34,8 +34,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import under_load  # noqa: E402  (its worker protocol: start_worker, steps, Setting)
@@ -60,15 +58,10 @@ def _wait() -> dict[str, str]:
 def peers(counts: list[int], args: argparse.Namespace) -> dict[str, tuple[float, list[float]]]:
     """``label -> (trees/s at the median step, every step's seconds)``, for each count and the
     default (labelled ``default (N)``)."""
-    from foldexp.bench.trees import make_trees  # numpy only
-
     settings = [under_load.Setting(str(n), n, _wait()) for n in counts]
     settings.append(under_load.Setting("default", None, _wait()))
     with tempfile.TemporaryDirectory() as tmp:
-        trees_file = Path(tmp) / "trees.json"
-        trees = make_trees(args.trees, args.leaves, 1000, 0)
-        labels = np.random.default_rng(1).integers(5, size=args.trees).tolist()
-        trees_file.write_text(json.dumps({"trees": trees, "labels": labels}))
+        trees_file = under_load.write_trees(Path(tmp) / "trees.json", args.trees, args.leaves)
         params = {
             "trees_file": str(trees_file),
             **{"vocab": 1000, "embed": 128, "hidden": 128, "classes": 5, "seed": 0},

@@ -71,6 +71,17 @@ def parse_setting(text: str) -> Setting:
     return Setting(text, None if threads == "foldexp" else int(threads), env)
 
 
+def write_trees(path: Path, n: int, leaves: int) -> Path:
+    """``n`` random trees of about ``leaves`` leaves (1000 words, seed 0) and a label each
+    (5 classes), as the workers read them; the same trees for every benchmark that calls it."""
+    from foldexp.bench.trees import make_trees  # numpy only: the driver never imports torch
+
+    trees = make_trees(n, leaves, 1000, 0)
+    labels = np.random.default_rng(1).integers(5, size=n).tolist()
+    path.write_text(json.dumps({"trees": trees, "labels": labels}))
+    return path
+
+
 def start_worker(s: Setting, params: dict) -> None:
     env = dict(os.environ)
     for var in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"):  # only what s names
@@ -171,15 +182,10 @@ def main() -> None:
     )
     args = ap.parse_args()
 
-    from foldexp.bench.trees import make_trees  # numpy only: the driver never imports torch
-
     settings = [parse_setting(t) for t in args.settings]
     load: list[subprocess.Popen] = []
     with tempfile.TemporaryDirectory() as tmp:
-        trees_file = Path(tmp) / "trees.json"
-        trees = make_trees(args.trees, args.leaves, 1000, 0)
-        labels = np.random.default_rng(1).integers(5, size=args.trees).tolist()
-        trees_file.write_text(json.dumps({"trees": trees, "labels": labels}))
+        trees_file = write_trees(Path(tmp) / "trees.json", args.trees, args.leaves)
         params = {
             "trees_file": str(trees_file),
             "vocab": 1000,

@@ -208,9 +208,9 @@ def _expanded(shape: torch.Size) -> torch.Tensor:
     return torch.zeros(1).expand(*shape) if len(shape) else torch.zeros(())
 
 
-def test_stride_0_weights_for_a_huge_model_are_refused_before_it_is_built(
-    run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _stride_0_checkpoint(run: Path) -> Path:
+    """``run``'s model made huge (``hidden_size`` 65536, ~17 GB a tensor) and its ``best.pt``
+    crafted to hold that model's weights as stride-0 views of one number: a few bytes each."""
     info_path = run / "run_info.json"
     saved = json.loads(info_path.read_text())
     saved["config"]["model"]["hidden_size"] = 65536
@@ -222,6 +222,13 @@ def test_stride_0_weights_for_a_huge_model_are_refused_before_it_is_built(
         best,
         lambda p: p.update(model={k: _expanded(v.shape) for k, v in meta.state_dict().items()}),
     )
+    return best
+
+
+def test_stride_0_weights_for_a_huge_model_are_refused_before_it_is_built(
+    run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    best = _stride_0_checkpoint(run)
     assert best.stat().st_size < 1_000_000  # a few bytes per tensor claiming ~17 GB each
 
     def never(*_: Any, **__: Any) -> None:
@@ -235,17 +242,7 @@ def test_stride_0_weights_for_a_huge_model_are_refused_before_it_is_built(
 def test_stride_0_weights_cost_no_memory_under_a_cap(run: Path) -> None:
     """The same attack in a process whose address space is capped at 6 GB: refused in one
     line, status 2, where the model it claims would need 172 GB."""
-    info_path = run / "run_info.json"
-    saved = json.loads(info_path.read_text())
-    saved["config"]["model"]["hidden_size"] = 65536
-    write_json(info_path, saved)
-    meta = runs.meta_model(saved["config"]["model"], runs.decode_info(saved["info"]))
-    assert meta is not None
-    best = run / "checkpoints" / "best.pt"
-    _craft(
-        best,
-        lambda p: p.update(model={k: _expanded(v.shape) for k, v in meta.state_dict().items()}),
-    )
+    _stride_0_checkpoint(run)  # the child process evaluates the run with it
     capped = (
         "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30)); "
         "from foldexp.cli import main; sys.exit(main(sys.argv[1:]))"
