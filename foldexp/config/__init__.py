@@ -9,6 +9,10 @@ data is loaded or any model is built. The modules mirror the config groups:
 - ``dataset``: one schema per dataset builder; ``model``: one per model class;
 - ``fields``: valid ranges of numeric settings, and ``enum_value`` (a choice as a plain string);
 - ``store``: ``register_configs``, which puts them in the ConfigStore.
+
+Beside the schemas, imported by name (not re-exported here): ``checks`` (a composed or stored
+config's values against them), ``targets`` (the registry of targets a config may build),
+``overrides`` (what the command line's overrides may do) and ``errors`` (``ConfigError``).
 """
 
 from __future__ import annotations
