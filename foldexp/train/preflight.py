@@ -1,6 +1,6 @@
 """Checks a run can only make after reading its data, made before the first training step.
 
-The schema checks every key's range when the config is composed (``foldexp.validate``); what
+The schema checks every key's range when the config is composed (``foldexp.config.checks``); what
 depends on the data waits for it, but not for a whole epoch: empty splits and a selection metric
 that the model does not report (found by scoring one small dev batch, with every RNG put back
 afterwards so the run is the same as without the check), and a model whose parameters alone
