@@ -36,7 +36,9 @@ __all__ = [
     "MAX_ATOMS",
     "MAX_SMILES_CHARS",
     "MISSING",
+    "DEFAULT_FIELD_LIMIT",
     "allow_fields",
+    "field_limit",
     "read_csv_column",
     "read_molecule_rows",
     "record_lines",
@@ -49,6 +51,16 @@ MISSING = {"", "nan", "na", "n/a", "none", "null"}  # a target field holding no 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
+#: Python's CSV field limit by default: the longest field a record may hold, unless
+#: ``dataset.max_smiles_chars`` is higher (``field_limit``).
+DEFAULT_FIELD_LIMIT = 131_072
+
+
+def field_limit(max_smiles_chars: int) -> int:
+    """The longest field a molecule CSV's record may hold before the record is its row's error."""
+    return max(DEFAULT_FIELD_LIMIT, max_smiles_chars)
+
+
 def allow_fields(characters: int) -> None:
     """Raises Python's CSV field limit (131,072 characters by default, one limit for the whole
     process) to ``characters`` if it is lower."""
@@ -59,15 +71,19 @@ def _records(
     path: Path, max_field: int = MAX_SMILES_CHARS
 ) -> tuple[list[str], Iterator[tuple[int, int, list[str] | None]]]:
     """The header (stripped names) and ``(row number, line, fields)`` of every data record;
-    ``fields`` is ``None`` for a record with a field longer than the CSV reader's limit (raised
-    to ``max_field``): that row's error, not the file's.
+    ``fields`` is ``None`` for a record with a field longer than ``field_limit(max_field)``
+    characters: that row's error, not the file's.
 
     Row numbers count records after the header from 1 (blank records included, so a row number
     is stable); blank records themselves are not yielded. ``line`` is the line the record
     starts on: a quoted field may hold line breaks, so row ``r`` need not be on line ``r + 1``.
     """
-    allow_fields(max_field)
     text = read_text(path)
+    limit = field_limit(max_field)
+    # The reader's own limit is raised past the whole text and the fields measured here: a
+    # reader stopped by its limit goes on at the next line, inside the long field when that
+    # field is quoted across lines, and would misread every record after it.
+    allow_fields(max(limit, len(text) + 1))
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=sniff_text_delimiter(text))
     try:
         header = next(reader, None)
@@ -88,9 +104,9 @@ def _records(
             except StopIteration:
                 return
             except csv.Error as exc:
-                if "field larger than field limit" not in str(exc):
-                    raise FormatError(f"{path}:{reader.line_num}: malformed CSV: {exc}") from None
-                record = None  # the reader goes on at the next line
+                raise FormatError(f"{path}:{reader.line_num}: malformed CSV: {exc}") from None
+            if any(len(field) > limit for field in record):
+                record = None
             if record is None or any(x.strip() for x in record):  # a blank line holds no data
                 yield row_number, start, record
             start = reader.line_num + 1

@@ -20,7 +20,6 @@ featuriser version, RDKit version, options), written atomically, so a second loa
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import os
@@ -39,6 +38,7 @@ from foldexp.data.molecule_cache import cache_path, read_cache, write_cache
 from foldexp.data.molecule_csv import (
     MAX_ATOMS,
     MAX_SMILES_CHARS,
+    field_limit,
     read_molecule_rows,
     record_lines,
 )
@@ -249,7 +249,7 @@ def _featurize_rows(
             invalid.append(
                 (
                     row,
-                    f"<a field longer than the CSV reader's limit of {csv.field_size_limit():,} "
+                    f"<a field longer than the CSV reader's limit of {field_limit(max_chars):,} "
                     "characters (dataset.max_smiles_chars raises it)>",
                 )
             )

@@ -199,3 +199,17 @@ def test_csv_field_limit_follows_the_configured_maximum(tmp_path: Path) -> None:
         )
     assert kept.smiles == ["CCO", "CCN"]
     assert kept.skipped == ((2, "<a molecule of 131,073 atoms, more than dataset.max_atoms=4096>"),)
+
+
+def test_a_long_quoted_field_across_lines_is_its_rows_error_alone(tmp_path: Path) -> None:
+    """A quoted field past the reader's limit that spans lines: the reader stopped by its limit
+    went on inside that field, and the whole file failed on a later row's field count."""
+    path = tmp_path / "mols.csv"
+    note = '"' + "a" * 140_000 + '\n bbbb"'
+    path.write_text(f"smiles,y,note\nCCO,1,{note}\nCCN,2,short\nCCCl,3,\n")
+    csv.field_size_limit(131_072)  # Python's default (another test may have raised it)
+    with pytest.warns(UserWarning, match="1 invalid SMILES"):
+        kept = load_molecule_csv(path, target_columns="y", on_invalid="skip")
+    assert kept.smiles == ["CCN", "CCCl"]
+    assert [r for r, _ in kept.skipped] == [1]
+    assert "a field longer than the CSV reader's limit of 131,072" in kept.skipped[0][1]
