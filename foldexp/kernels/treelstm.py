@@ -5,7 +5,7 @@
 mask, carry)`` the leaf's ``c = i ⊙ u``, ``h = o ⊙ tanh(c)`` (i, o, u), or with ``carry`` a
 child-sum node's ``c = i ⊙ u + Σ_k f_k ⊙ c_k``; ``u = tanh(z_u) ⊙ mask`` where a
 recurrent-dropout mask is given. ``foldexp.models.cells`` calls them, and they run torch ops
-(``*_ops``) wherever ``applicable`` does not hold; the binary update there (CUDA) as one
+(``*_ops``) wherever ``applicable`` does not hold; both updates there (CUDA) as one
 ``autograd.Function`` of few ops each way (``treelstm_few.py``).
 
 Why: torch runs the binary update as about 15 kernels forward and 20 backward. At SST's groups
@@ -37,7 +37,12 @@ from foldexp.kernels.native import (
     set_fused_cells_enabled,
     transforms_active,
 )
-from foldexp.kernels.treelstm_few import binary_state_few, few_ops_apply
+from foldexp.kernels.treelstm_few import (
+    binary_state_few,
+    few_ops_apply,
+    few_ops_apply_leaf,
+    leaf_state_few,
+)
 
 __all__ = [
     "binary_state",
@@ -247,6 +252,8 @@ def leaf_state(
         or not _mask_fits(mask, n, hidden)
         or any(tuple(k.shape) != (n, hidden) for k in carried)
     ):
+        if not transforms_active() and few_ops_apply_leaf(z, mask, carry):
+            return leaf_state_few(z, mask, carry)
         return leaf_state_ops(z, mask, carry)
     if z.shape[1] % 3:
         raise ValueError(f"leaf_state: z {tuple(z.shape)} is not (n, 3H)")
