@@ -36,8 +36,10 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from foldexp.config import TrainerConfig
 from foldexp.config.checks import check_config
 from foldexp.config.errors import ConfigError
+from foldexp.config.settings import settings_of
 from foldexp.config.targets import path_keys
 from foldexp.experiments.build import build_dataset
 from foldexp.train.artifacts import write_json
@@ -134,7 +136,8 @@ def run_eval(
             f"foldexp eval: the {split} split of the dataset is empty ({bundle.sizes()}); "
             "--split all scores every example"
         )
-    metrics = evaluate(run.model, examples, cfg, torch.device("cpu"), split)
+    trainer = settings_of(TrainerConfig, cfg.trainer)
+    metrics = evaluate(run.model, examples, trainer, torch.device("cpu"), split)
     undefined = sorted(k for k, v in metrics.items() if isinstance(v, float) and math.isnan(v))
     if undefined:
         log.warning(

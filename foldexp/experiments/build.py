@@ -18,25 +18,16 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from foldexp.config.errors import ConfigError
+from foldexp.config.settings import plain_config
 from foldexp.config.targets import import_target
 from foldexp.models.contract import check_model
 
 __all__ = ["build_dataset", "build_model", "check_vectors", "meta_model", "plain_config"]
 
 
-def plain_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
-    """A config as plain Python values (enums as their strings, interpolations resolved)."""
-    if isinstance(cfg, DictConfig):
-        return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
-    return dict(cfg)
-
-
-def build_dataset(
-    dataset_cfg: DictConfig | Mapping[str, Any], trained: Mapping[str, Any] | None = None
-) -> Any:
+def build_dataset(dataset_cfg: Mapping[str, Any], trained: Mapping[str, Any] | None = None) -> Any:
     """The ``DataBundle`` that ``dataset._target_`` builds from the other dataset keys.
 
     ``trained``: the ``info`` of a trained run the data is read for (``foldexp eval``), given
@@ -62,9 +53,7 @@ def check_vectors(dataset_cfg: Any, model_cfg: Any, info: Mapping[str, Any]) -> 
         )
 
 
-def build_model(
-    model_cfg: DictConfig | Mapping[str, Any], info: Mapping[str, Any]
-) -> torch.nn.Module:
+def build_model(model_cfg: Mapping[str, Any], info: Mapping[str, Any]) -> torch.nn.Module:
     """``model._target_`` built from the model's keys and the dataset ``info`` it takes."""
     keys = plain_config(model_cfg)
     target = str(keys.pop("_target_"))
@@ -85,9 +74,7 @@ def build_model(
     return model
 
 
-def meta_model(
-    model_cfg: DictConfig | Mapping[str, Any], info: Mapping[str, Any]
-) -> torch.nn.Module | None:
+def meta_model(model_cfg: Mapping[str, Any], info: Mapping[str, Any]) -> torch.nn.Module | None:
     """The model ``build_model`` would build, on the meta device: its parameters' shapes and
     dtypes without their memory. ``None`` for a model (of a user's own) whose constructor needs
     real tensors."""

@@ -25,13 +25,12 @@ from __future__ import annotations
 import pickle
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 
 from foldexp.train import distributed as dd
 from foldexp.train.artifacts import CorruptFileError, atomic_write, open_regular, verify_file
@@ -42,7 +41,7 @@ from foldexp.train.checkpoint_checks import (
     check_state_fits,
     check_tensors,
 )
-from foldexp.train.resume_config import refuse_changes, run_config
+from foldexp.train.resume_config import refuse_changes
 
 __all__ = [
     "LAST_ADVICE",
@@ -251,14 +250,15 @@ def load_checkpoint(
 # ---------------------------------------------------------------------- a run's checkpoints
 
 
-def check_resume(path: Path, cfg: DictConfig) -> None:
+def check_resume(path: Path, config: Mapping[str, Any]) -> None:
     """Refuses (``ResumeConfigError``) to resume ``path`` under a config that changes what it
-    trains, or (``CorruptFileError``) a damaged checkpoint; nothing when ``path`` is absent."""
+    trains, or (``CorruptFileError``) a damaged checkpoint; nothing when ``path`` is absent.
+    ``config``: the new run's plain config (``RunSettings.plain_config``)."""
     if path.exists():
         payload = read_checkpoint(path, LAST_ADVICE, _NEED)
         check_progress(path, payload["progress"])
         check_rng(path, payload["rng"])
-        refuse_changes(path, payload.get("config"), run_config(cfg))
+        refuse_changes(path, payload.get("config"), dict(config))
 
 
 def save_run(

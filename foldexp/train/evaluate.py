@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from foldexp.config import enum_value as plain
+from foldexp.config.settings import TrainerSettings
 from foldexp.train import distributed as dd
 from foldexp.train.loaders import RunLoaders
 from foldexp.train.loggers import progress_bar
@@ -30,7 +30,7 @@ BATCHES_PER_READ = 16
 def evaluate(
     model: Any,
     examples: list[Any],
-    cfg: DictConfig,
+    tc: TrainerSettings,
     device: torch.device,
     prefix: str,
     ctx: dd.DistContext | None = None,
@@ -43,7 +43,6 @@ def evaluate(
     ``loaders`` keeps the split's loader (and its workers) from one call to the next.
     """
     ctx = ctx or dd.DistContext()
-    tc = cfg.trainer
     model.eval()
     sums: dict[str, float] = {}
     n = 0

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from foldexp.config import enum_value as plain
+from foldexp.config.settings import TrainerSettings
 from foldexp.train import distributed as dd
 from foldexp.train.artifacts import restorable
 from foldexp.train.checkpoint import save_run
@@ -134,7 +134,8 @@ def new_progress() -> dict[str, Any]:
 class TrainingRun:
     """Everything one rank's run holds between setup and test (built by ``loop.py``)."""
 
-    cfg: DictConfig
+    trainer: TrainerSettings
+    seed: int  # the run's seed: with the epoch, it orders the epoch's examples
     ctx: dd.DistContext
     device: torch.device
     out_dir: Path
@@ -178,7 +179,7 @@ class TrainingRun:
 
 def fit(run: TrainingRun) -> None:
     """Trains until ``trainer.epochs``, patience or ``trainer.max_steps`` stops the run."""
-    progress, tc = run.progress, run.cfg.trainer
+    progress, tc = run.progress, run.trainer
     while progress["epoch"] < tc.epochs and not progress["stopped"]:
         t_epoch = _train_epoch(run)
         _end_epoch(run, t_epoch)
@@ -189,10 +190,10 @@ def fit(run: TrainingRun) -> None:
 def _train_epoch(run: TrainingRun) -> float:
     """One pass over this rank's share of the training set, from the saved position; returns
     when the epoch began."""
-    progress, tc, ctx = run.progress, run.cfg.trainer, run.ctx
+    progress, tc, ctx = run.progress, run.trainer, run.ctx
     epoch = progress["epoch"]
     order = torch.randperm(
-        len(run.bundle.train), generator=torch.Generator().manual_seed(run.cfg.seed * 1000 + epoch)
+        len(run.bundle.train), generator=torch.Generator().manual_seed(run.seed * 1000 + epoch)
     ).tolist()
     sampler = ShardedBatchSampler(
         order,
@@ -238,7 +239,7 @@ def _step(
     reporting: tuple[StepReadout, Any, ProgressLog],
 ) -> bool:
     """One optimizer step on one batch; returns whether ``trainer.max_steps`` is reached."""
-    progress, tc = run.progress, run.cfg.trainer
+    progress, tc = run.progress, run.trainer
     readout, bar, ticker = reporting
     t0 = time.perf_counter()
     out = run.book.net(batch)
@@ -284,7 +285,7 @@ def evaluate_split(run: TrainingRun, split: str) -> dict[str, Any]:
     """``dev_*`` or ``test_*`` metrics of the model as it is now, sharded over the ranks."""
     examples = getattr(run.bundle, split)
     return evaluate(
-        run.model, examples, run.cfg, run.device, split, run.ctx, run.sizes[split], run.loaders
+        run.model, examples, run.trainer, run.device, split, run.ctx, run.sizes[split], run.loaders
     )
 
 
@@ -337,7 +338,7 @@ def _report_loop_caps(model: torch.nn.Module, epoch: int) -> None:
 
 def _end_epoch(run: TrainingRun, t_epoch: float) -> None:
     """Scores dev, keeps ``best.pt``, counts patience, writes ``last.pt`` and the epoch's row."""
-    progress, tc = run.progress, run.cfg.trainer
+    progress, tc = run.progress, run.trainer
     epoch = progress["epoch"]
     sums, n = progress["epoch_sums"], max(1, progress["epoch_n"])
     row: dict[str, Any] = {

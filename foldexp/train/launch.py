@@ -15,21 +15,21 @@ local rank), ``gloo`` on CPU. What the ranks do together once they run is ``dist
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import signal
 import socket
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig, OmegaConf
 
 from foldexp.logs import ConsoleHandler
 from foldexp.train.distributed import DistContext
+
+T = TypeVar("T")
 
 __all__ = ["export_submitit_env", "launched_world_size", "setup", "spawn", "teardown"]
 
@@ -137,8 +137,8 @@ def _die_with_parent(parent: int) -> None:
 
 def _rank_main(
     rank: int,
-    fn: Callable[[DictConfig], Any],
-    cfg: DictConfig,
+    fn: Callable[[T], Any],
+    settings: T,
     world: int,
     port: int,
     log_spec: dict[str, Any],
@@ -154,24 +154,23 @@ def _rank_main(
         LOCAL_WORLD_SIZE=str(world),
     )
     _configure_logging(log_spec, rank)
-    fn(cfg)
+    fn(settings)
 
 
-def spawn(fn: Callable[[DictConfig], Any], cfg: DictConfig, processes: int) -> None:
-    """Runs ``fn(cfg)`` in ``processes`` new local processes as ranks 0..N-1 and waits.
+def spawn(fn: Callable[[T], Any], settings: T, processes: int) -> None:
+    """Runs ``fn(settings)`` in ``processes`` new local processes as ranks 0..N-1 and waits.
 
-    If one rank fails, torch stops the others and raises its traceback here. Interpolations
-    (Hydra's run folder, ``now``) are resolved first: the new processes have no Hydra.
+    If one rank fails, torch stops the others and raises its traceback here. ``settings`` is
+    pickled to each: plain values (``RunSettings``, whose interpolations — Hydra's run folder,
+    ``now`` — were resolved when it was made: the new processes have no Hydra).
     """
     import torch.multiprocessing as mp
 
-    cfg = copy.deepcopy(cfg)
-    OmegaConf.resolve(cfg)
     port = _free_port()
     log.info("spawning %d ranks, rendezvous at 127.0.0.1:%d", processes, port)
     mp.start_processes(
         _rank_main,
-        args=(fn, cfg, processes, port, _logging_spec(), os.getpid()),
+        args=(fn, settings, processes, port, _logging_spec(), os.getpid()),
         nprocs=processes,
         join=True,
         start_method="spawn",

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+import yaml
 from tqdm import tqdm
 
 __all__ = ["RunLoggers", "ProgressLog", "progress_bar"]
@@ -31,7 +31,9 @@ log = logging.getLogger("foldexp.train")
 class _TensorBoard:
     """Scalars per step and per epoch, and the config as text, in ``<run>/tensorboard``."""
 
-    def __init__(self, out_dir: Path, cfg: DictConfig, every: int, first_step: int) -> None:
+    def __init__(
+        self, out_dir: Path, config: Mapping[str, Any], every: int, first_step: int
+    ) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         # purge_step drops events a killed run wrote after its last checkpoint, so a resumed
@@ -39,7 +41,7 @@ class _TensorBoard:
         self.writer = SummaryWriter(str(out_dir / "tensorboard"), purge_step=first_step or None)
         self.every = every
         if not first_step:
-            text = OmegaConf.to_yaml(cfg, resolve=True)
+            text = yaml.safe_dump(dict(config), sort_keys=False)
             self.writer.add_text("config", "```\n" + text + "\n```", 0)
 
     def step(self, step: int, loss: float) -> None:
@@ -89,15 +91,24 @@ def _flat(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 class RunLoggers:
-    """The loggers ``cfg.logger`` selects, behind one call per step and per epoch."""
+    """The loggers ``chosen`` (the settings' ``logger``: ``csv``, ``tensorboard``, each null
+    when off) selects, behind one call per step and per epoch; ``config``: the run's plain
+    config, which TensorBoard shows as text."""
 
-    def __init__(self, cfg: DictConfig, out_dir: Path, first_step: int, enabled: bool) -> None:
-        chosen = cfg.get("logger") or {}
+    def __init__(
+        self,
+        chosen: Mapping[str, Any],
+        config: Mapping[str, Any],
+        out_dir: Path,
+        first_step: int,
+        enabled: bool,
+    ) -> None:
         self.csv = enabled and chosen.get("csv") is not None
         self.board = None
         board = chosen.get("tensorboard")
         if enabled and board is not None:
-            self.board = _TensorBoard(out_dir, cfg, int(board.log_every_n_steps), first_step)
+            every = int(board["log_every_n_steps"])
+            self.board = _TensorBoard(out_dir, config, every, first_step)
 
     def step(self, step: int, loss: float) -> None:
         if self.board is not None:

@@ -21,6 +21,10 @@ gradient is the single-process gradient (the model's loss is taken to be a mean 
 batch's examples, as ``train_loss`` already takes it). Evaluation is sharded the same way and
 the summed statistics are gathered.
 
+The config is read once: ``run_train`` checks the composed config and turns it into
+``RunSettings`` (``foldexp/config/settings.py``); below it each function takes the settings it
+reads (``TrainerSettings``, ``DeviceSettings``, ...), never the composed config.
+
 The loop knows no model's keys: it calls the model contract (``foldexp.models.contract``),
 including the optional ``prepare_training`` hook through which a model takes what it needs from
 the training data (distillation's soft targets, ``foldexp.models.distill``).
@@ -28,6 +32,7 @@ the training data (distillation's soft targets, ``foldexp.models.distill``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -36,12 +41,12 @@ from typing import Any
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf, open_dict
 
 from foldexp.config import enum_value
 from foldexp.config import enum_value as plain
 from foldexp.config.checks import check_config
 from foldexp.config.errors import ConfigError
+from foldexp.config.settings import ComposedConfig, DeviceSettings, RunSettings, run_settings
 from foldexp.experiments.build import build_dataset, build_model, check_vectors
 from foldexp.kernels import configure_kernels, keep_freed_memory
 from foldexp.train import distributed as dd
@@ -61,7 +66,6 @@ from foldexp.train.loggers import RunLoggers
 from foldexp.train.lr_schedule import LRScheduler
 from foldexp.train.optim import build_optimizer, param_groups
 from foldexp.train.preflight import check_bundle, check_model_memory, resolve_selection
-from foldexp.train.resume_config import run_config
 from foldexp.train.rundir import claim_run_dir, repair_metrics
 from foldexp.train.runs import RunSetup, prepare_for_training, write_run_info
 from foldexp.train.sampler import example_sizes
@@ -69,7 +73,7 @@ from foldexp.train.sparse_rows import use_sparse_table_gradients
 from foldexp.train.task_table import compact_metrics, write_task_table
 from foldexp.train.threads import run_threads
 
-__all__ = ["run_train", "TrainingDiverged", "resolve_device"]
+__all__ = ["run_train", "train_settings", "TrainingDiverged", "resolve_device"]
 
 log = logging.getLogger("foldexp.train")
 
@@ -86,7 +90,7 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def run_train(cfg: DictConfig) -> dict[str, Any]:
+def run_train(cfg: ComposedConfig) -> dict[str, Any]:
     """Trains the configured model; returns the final metrics (best dev, test).
 
     With ``trainer.strategy=ddp`` and ``trainer.processes=N>1`` outside a launcher, spawns N
@@ -94,13 +98,19 @@ def run_train(cfg: DictConfig) -> dict[str, Any]:
     job) this process is one of the ranks. A run folder's file without its checksum, or unlike
     it (the checkpoint resumed, a teacher's), is refused unless ``trainer.trust_unverified``.
     """
-    with trust_unverified(cfg.trainer.trust_unverified, "trainer.trust_unverified=true"):
-        return _run_train(cfg)
-
-
-def _run_train(cfg: DictConfig) -> dict[str, Any]:
-    tc = cfg.trainer
     check_config(cfg)
+    return train_settings(run_settings(cfg))
+
+
+def train_settings(settings: RunSettings) -> dict[str, Any]:
+    """``run_train`` from settings already checked and converted (``run_settings``); what
+    each DDP rank spawned here runs."""
+    with trust_unverified(settings.trainer.trust_unverified, "trainer.trust_unverified=true"):
+        return _run_train(settings)
+
+
+def _run_train(cfg: RunSettings) -> dict[str, Any]:
+    tc = cfg.trainer
     strategy = plain(tc.strategy)
     launch.export_submitit_env()  # a submitit job of several tasks: they are the ranks
     world = launch.launched_world_size()
@@ -111,7 +121,7 @@ def _run_train(cfg: DictConfig) -> dict[str, Any]:
         )
     if strategy == "ddp" and world == 1 and tc.processes > 1:
         resolve_device(cfg.device.name)  # fail here, not in N processes
-        launch.spawn(run_train, cfg, tc.processes)
+        launch.spawn(train_settings, cfg, tc.processes)
         return read_verified_json(Path(cfg.paths.output_dir) / "results.json")
     device = resolve_device(cfg.device.name)
     if world == 1:
@@ -125,7 +135,7 @@ def _run_train(cfg: DictConfig) -> dict[str, Any]:
         launch.teardown()
 
 
-def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[str, Any]:
+def _train(cfg: RunSettings, ctx: dd.DistContext, device: torch.device) -> dict[str, Any]:
     """One rank's run: set up, fit, test, return the metrics."""
     _configure_process(cfg.device)
     dd.check_global_batch(ctx, cfg.trainer.batch_size)
@@ -134,12 +144,12 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
         out_dir.mkdir(parents=True, exist_ok=True)
     seed_everything(cfg.seed)  # the same on every rank: identical initial parameters
 
-    bundle, model, lr_schedule = _build(cfg, ctx, device, out_dir)
+    cfg, bundle, model, lr_schedule = _build(cfg, ctx, device, out_dir)
     run = _start(cfg, ctx, device, out_dir, bundle, model)
     run.lr_schedule = lr_schedule
     started = time.perf_counter()
     fit(run)
-    results = _test(run, started)
+    results = _test(run, cfg, started)
 
     run.loaders.close()
     run.run_log.results(results)  # TensorBoard's HParams: this run's config and scores
@@ -155,7 +165,7 @@ def _train(cfg: DictConfig, ctx: dd.DistContext, device: torch.device) -> dict[s
     return results
 
 
-def _configure_process(device_cfg: DictConfig) -> None:
+def _configure_process(device_cfg: DeviceSettings) -> None:
     """oneDNN, fused cells, the allocator, as ``device.*`` asks; and until the run's thread
     count is chosen (``_set_threads``, once the model is built), one thread: what runs before
     (reading the data, building the model) then does not depend on the machine either."""
@@ -170,60 +180,57 @@ def _configure_process(device_cfg: DictConfig) -> None:
 
 
 def _set_threads(
-    cfg: DictConfig, ctx: dd.DistContext, model: torch.nn.Module, train: Any, out_dir: Path
-) -> int:
-    """Chooses the run's intra-op thread count (``threads.py``), sets it, and writes it into
-    the run's config (``device.threads``), which checkpoints and ``run_info.json`` store."""
-    threads = run_threads(cfg, ctx, model, train, out_dir)
+    cfg: RunSettings, ctx: dd.DistContext, model: torch.nn.Module, train: Any, out_dir: Path
+) -> RunSettings:
+    """Chooses the run's intra-op thread count (``threads.py``), sets it; the settings with it
+    as ``device.threads``, which checkpoints and ``run_info.json`` store."""
+    threads = run_threads(cfg.device, cfg.trainer, ctx, model, train, out_dir)
     torch.set_num_threads(threads)
-    with open_dict(cfg):
-        cfg.device.threads = threads
     if ctx.is_main:
         log.info(
             "%d intra-op thread(s) (device.threads=%d repeats this run's numbers)", *[threads] * 2
         )
-    return threads
+    return cfg.with_threads(threads)
 
 
 def _build(
-    cfg: DictConfig, ctx: dd.DistContext, device: torch.device, out_dir: Path
-) -> tuple[Any, torch.nn.Module, LRScheduler | None]:
+    cfg: RunSettings, ctx: dd.DistContext, device: torch.device, out_dir: Path
+) -> tuple[RunSettings, Any, torch.nn.Module, LRScheduler | None]:
     """The dataset and model the config names, checked, and the model prepared for training;
     the learning-rate schedule over the dataset's steps (a warm-up past the run's end fails
-    here, before the model is built)."""
+    here, before the model is built); the settings with the run's thread count."""
     bundle = build_dataset(cfg.dataset)
-    log.info("dataset %s: %s", cfg.dataset.name, bundle.sizes())
-    check_bundle(bundle, cfg)
+    log.info("dataset %s: %s", cfg.dataset["name"], bundle.sizes())
+    check_bundle(bundle, cfg.dataset)
     lr_schedule = LRScheduler.from_config(cfg.trainer, len(bundle.train))
     check_vectors(cfg.dataset, cfg.model, bundle.info)
-    check_model_memory(cfg, bundle.info, device)
+    check_model_memory(cfg.model, bundle.info, device)
     model = build_model(cfg.model, bundle.info).to(device)
-    threads = _set_threads(cfg, ctx, model, bundle.train, out_dir)
+    cfg = _set_threads(cfg, ctx, model, bundle.train, out_dir)
     if ctx.is_main:
-        write_run_info(out_dir, _absolute_data_paths(cfg), bundle.info, threads)
+        write_run_info(out_dir, _absolute_data_paths(cfg), bundle.info, cfg.device.threads)
     prepare_for_training(model, RunSetup(bundle.train, cfg.trainer.eval_batch_size))
-    return bundle, model, lr_schedule
+    return cfg, bundle, model, lr_schedule
 
 
 _DATA_PATH_KEYS = ("path", "word_vectors")  # files the dataset reads, relative to the cwd
 
 
-def _absolute_data_paths(cfg: DictConfig) -> DictConfig:
-    """``cfg`` with the dataset's files as absolute paths, for ``run_info.json``: ``foldexp
-    eval RUN`` from another folder reads the same files. A path that does not exist from here
-    stays as it is (the dataset resolved it some other way)."""
-    out = cfg.copy()
-    with open_dict(out):
-        for key in _DATA_PATH_KEYS:
-            value = out.dataset.get(key)
-            if isinstance(value, str) and value and not os.path.isabs(value):
-                if os.path.exists(value):
-                    out.dataset[key] = os.path.abspath(value)
+def _absolute_data_paths(cfg: RunSettings) -> dict[str, Any]:
+    """The run's plain config with the dataset's files as absolute paths, for
+    ``run_info.json``: ``foldexp eval RUN`` from another folder reads the same files. A path
+    that does not exist from here stays as it is (the dataset resolved it some other way)."""
+    out = cfg.plain_config()
+    for key in _DATA_PATH_KEYS:
+        value = out["dataset"].get(key)
+        if isinstance(value, str) and value and not os.path.isabs(value):
+            if os.path.exists(value):
+                out["dataset"][key] = os.path.abspath(value)
     return out
 
 
 def _start(
-    cfg: DictConfig,
+    cfg: RunSettings,
     ctx: dd.DistContext,
     device: torch.device,
     out_dir: Path,
@@ -234,7 +241,7 @@ def _start(
     DDP bookkeeping, the loaders and the loggers: everything ``fit`` needs."""
     tc = cfg.trainer
     # plain lists, not ListConfigs (Adam's betas): the state dict goes into weights-only checkpoints
-    make = instantiate(cfg.optimizer, _convert_="all")
+    make = instantiate(dataclasses.asdict(cfg.optimizer), _convert_="all")
     optimizer = build_optimizer(make, param_groups(model, cfg.optimizer.lr))
     sparse = use_sparse_table_gradients(model, optimizer, tc.grad_clip, ctx.world_size)
     if sparse and ctx.is_main:
@@ -242,26 +249,27 @@ def _start(
             "sparse gradients (only the rows read; the same updates to rounding) for: %s",
             ", ".join(sparse),
         )
-    select, mode = resolve_selection(model, bundle, cfg)
+    select, mode = resolve_selection(model, bundle, tc)
     # Example sizes balance the shards; a single process needs none.
     splits = {"train": bundle.train, "dev": bundle.dev, "test": bundle.test}
     sizes = {k: example_sizes(model, v) if ctx.enabled else None for k, v in splits.items()}
     if ctx.rank:
         seed_rank(cfg.seed, ctx.rank)
     ema = ParamAverage(model, tc.ema_decay) if tc.ema_decay else None
-    config = run_config(cfg)  # stored in every checkpoint; a resume must match it
+    config = cfg.plain_config()  # stored in every checkpoint; a resume must match it
     restored = _resume(cfg, ctx, out_dir, model, optimizer, ema, config, len(bundle.train))
     progress = restored if restored is not None else new_progress()
     csv = out_dir / "ranks.csv"
     book = dd.StepBook(ctx, model, tc.find_unused_parameters, csv, fresh=restored is None)
     loaders = RunLoaders(model, tc.num_workers, cfg.seed)
-    run_log = RunLoggers(cfg, out_dir, progress["step"], ctx.is_main)
+    run_log = RunLoggers(cfg.logger, config, out_dir, progress["step"], ctx.is_main)
     if restored is not None and run_log.csv:  # a kill between last.pt and metrics.csv
         repair_metrics(out_dir, progress["history"], tc.plots)
     if ctx.is_main:
         log.info("run folder: %s", out_dir)
     return TrainingRun(
-        cfg=cfg,
+        trainer=tc,
+        seed=cfg.seed,
         ctx=ctx,
         device=device,
         out_dir=out_dir,
@@ -281,16 +289,16 @@ def _start(
     )
 
 
-def _title(cfg: DictConfig, out_dir: Path) -> str:
+def _title(cfg: RunSettings, out_dir: Path) -> str:
     """The plots' title: the data (its file, for a dataset read from one), the model, the run."""
-    path = cfg.dataset.get("path") if "path" in cfg.dataset else None
+    path = cfg.dataset.get("path")
     data = Path(str(path)).name if path else cfg.dataset.get("name", "data")
     model = cfg.model.get("name", "model")
     return f"{data} · {model} · {out_dir.resolve().name} (seed {cfg.seed})"
 
 
 def _resume(
-    cfg: DictConfig,
+    cfg: RunSettings,
     ctx: dd.DistContext,
     out_dir: Path,
     model: torch.nn.Module,
@@ -318,9 +326,9 @@ def _resume(
     return restored
 
 
-def _test(run: TrainingRun, started: float) -> dict[str, Any]:
+def _test(run: TrainingRun, cfg: RunSettings, started: float) -> dict[str, Any]:
     """The best checkpoint scored on test, with what the run was."""
-    cfg, progress = run.cfg, run.progress
+    progress = run.progress
     load_best(run.ctx, run.best, run.model)
     return {
         "best_epoch": progress["best_epoch"],
@@ -331,10 +339,10 @@ def _test(run: TrainingRun, started: float) -> dict[str, Any]:
         "steps": progress["step"],
         "train_seconds": time.perf_counter() - started,
         "seed": cfg.seed,
-        "experiment": cfg.get("task_name", "train"),
-        "dataset": cfg.dataset.name,
-        "model": cfg.model.name,
+        "experiment": cfg.task_name,
+        "dataset": cfg.dataset["name"],
+        "model": cfg.model["name"],
         "world_size": run.ctx.world_size,
         "threads": torch.get_num_threads(),
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        "config": cfg.plain_config(),
     }

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from foldexp.config import enum_value as plain
 from foldexp.config.errors import ConfigError
+from foldexp.config.settings import TrainerSettings
 from foldexp.experiments.build import meta_model
 from foldexp.experiments.memory import physical_memory
 from foldexp.train import distributed as dd
@@ -29,13 +29,13 @@ __all__ = ["check_bundle", "check_model_memory", "machine_memory", "resolve_sele
 _PROBE_EXAMPLES = 8  # dev examples scored to learn the model's metric names
 
 
-def check_bundle(bundle: Any, cfg: DictConfig) -> None:
+def check_bundle(bundle: Any, dataset: Mapping[str, Any]) -> None:
     """Fails before the model is built when a split is empty (whether the dataset's vectors fit
     the model is ``foldexp.experiments.build.check_vectors``)."""
     for split in ("train", "dev", "test"):
         if not len(getattr(bundle, split)):
             raise ConfigError(
-                f"dataset {cfg.dataset.get('name', '')}: the {split} split is empty "
+                f"dataset {dataset.get('name', '')}: the {split} split is empty "
                 f"({bundle.sizes()}); check dataset.limit, the split fractions or the files"
             )
 
@@ -50,14 +50,16 @@ def machine_memory(device: torch.device) -> int | None:
     return total
 
 
-def check_model_memory(cfg: DictConfig, info: Mapping[str, Any], device: torch.device) -> None:
+def check_model_memory(
+    model_cfg: Mapping[str, Any], info: Mapping[str, Any], device: torch.device
+) -> None:
     """Fails before the model is built when its parameters alone would not fit the memory of
     the machine (or of the GPU), naming the model's sizes; training needs more again (the
     gradients and the optimizer's state), so this refuses only what cannot work at all. Each
     size is in its schema's range (``foldexp.config.MAX_WIDTH``), but their product and the
     vocabulary's size decide: ``model.hidden_size=100000`` ended in a traceback of torch's
     allocator after the data had loaded."""
-    model = meta_model(cfg.model, info)
+    model = meta_model(model_cfg, info)
     total = machine_memory(device)
     if model is None or total is None:
         return
@@ -66,7 +68,7 @@ def check_model_memory(cfg: DictConfig, info: Mapping[str, Any], device: torch.d
         return
     sizes = [
         f"model.{k}={v}"
-        for k, v in cfg.model.items()
+        for k, v in model_cfg.items()
         if isinstance(v, int) and not isinstance(v, bool)
     ]
     vocab = info.get("vocab")
@@ -83,11 +85,10 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
-def resolve_selection(model: Any, bundle: Any, cfg: DictConfig) -> tuple[str, str]:
+def resolve_selection(model: Any, bundle: Any, tc: TrainerSettings) -> tuple[str, str]:
     """``(trainer.select_metric, trainer.select_mode)``, ``auto`` taken from the model's
     ``selection()`` (else ``dev_loss``, lower is better), checked against the columns one dev
     batch produces."""
-    tc = cfg.trainer
     metric, mode = str(tc.select_metric), plain(tc.select_mode)
     if metric == "auto":
         chosen = model.selection() if callable(getattr(model, "selection", None)) else None

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import DictConfig
 
+from foldexp.config.settings import RunSettings
 from foldexp.train import distributed as dd
 from foldexp.train.artifacts import CHECKSUM_SUFFIX
 from foldexp.train.checkpoint import check_resume
@@ -196,13 +196,13 @@ def clean_stale_tmp(out_dir: Path) -> list[Path]:
     return removed
 
 
-def _claim(out_dir: Path, cfg: DictConfig) -> RunLock:
+def _claim(out_dir: Path, cfg: RunSettings) -> RunLock:
     """Rank 0's part: lock, check the folder, clean it; releases the lock if a check fails."""
     lock = lock_run_dir(out_dir)
     try:
         _check_previous_run(out_dir, bool(cfg.trainer.resume), bool(cfg.trainer.overwrite))
         if cfg.trainer.resume:
-            check_resume(out_dir / "checkpoints" / "last.pt", cfg)
+            check_resume(out_dir / "checkpoints" / "last.pt", cfg.plain_config())
         clean_stale_tmp(out_dir)
     except BaseException:
         lock.release()
@@ -211,7 +211,7 @@ def _claim(out_dir: Path, cfg: DictConfig) -> RunLock:
 
 
 @contextlib.contextmanager
-def claim_run_dir(cfg: DictConfig, ctx: dd.DistContext) -> Iterator[RunLock | None]:
+def claim_run_dir(cfg: RunSettings, ctx: dd.DistContext) -> Iterator[RunLock | None]:
     """Owns ``paths.output_dir`` for the ``with`` block (see the module docstring)."""
     out_dir = Path(cfg.paths.output_dir)
     lock, error = None, None

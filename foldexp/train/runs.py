@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 
 from foldexp.config import MAX_CLASSES, MAX_WIDTH
 from foldexp.config.checks import check_run_config
@@ -129,11 +128,11 @@ def decode_info(encoded: Mapping[str, Any], source: Path | None = None) -> dict[
 
 
 def write_run_info(
-    out_dir: Path, cfg: DictConfig, info: Mapping[str, Any], threads: int | None = None
+    out_dir: Path, config: Mapping[str, Any], info: Mapping[str, Any], threads: int | None = None
 ) -> Path:
     """Writes ``run_info.json``: what ``load_trained`` needs besides the weights, and the
     intra-op threads the run trains on (a resume takes them: ``threads.py``)."""
-    data = {"config": plain_config(cfg), "info": encode_info(info), "threads": threads}
+    data = {"config": plain_config(config), "info": encode_info(info), "threads": threads}
     return write_json(Path(out_dir) / RUN_INFO, data)
 
 

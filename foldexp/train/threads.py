@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from foldexp.blocks import Embedding
 from foldexp.config.errors import ConfigError
+from foldexp.config.settings import DeviceSettings, TrainerSettings
 from foldexp.cpus import available_cpus, cpu_share, threads_for
 from foldexp.train import distributed as dd
 from foldexp.train.artifacts import read_verified_json
@@ -96,11 +96,17 @@ def _run_count(out_dir: Path) -> int | None:
     return threads
 
 
-def _chosen(cfg: DictConfig, ctx: dd.DistContext, model: torch.nn.Module, train: Any) -> int:
-    requested = cfg.device.threads
-    share = cpu_share(available_cpus(), _local_processes(ctx), cfg.trainer.num_workers)
+def _chosen(
+    device: DeviceSettings,
+    tc: TrainerSettings,
+    ctx: dd.DistContext,
+    model: torch.nn.Module,
+    train: Any,
+) -> int:
+    requested = device.threads
+    share = cpu_share(available_cpus(), _local_processes(ctx), tc.num_workers)
     if requested is None:
-        return threads_for(share, step_work(model, train, cfg.trainer.batch_size))
+        return threads_for(share, step_work(model, train, tc.batch_size))
     if requested > share:
         log.warning(
             "device.threads=%d exceeds this process's share of the CPUs it may use (%d, after "
@@ -111,20 +117,25 @@ def _chosen(cfg: DictConfig, ctx: dd.DistContext, model: torch.nn.Module, train:
 
 
 def run_threads(
-    cfg: DictConfig, ctx: dd.DistContext, model: torch.nn.Module, train: Any, out_dir: Path
+    device: DeviceSettings,
+    tc: TrainerSettings,
+    ctx: dd.DistContext,
+    model: torch.nn.Module,
+    train: Any,
+    out_dir: Path,
 ) -> int:
     """The run's intra-op thread count (see the module docstring), the same on every rank."""
     count: Any = None
     if ctx.is_main:
         try:
-            resumed = _run_count(out_dir) if cfg.trainer.resume else None
-            if resumed is not None and cfg.device.threads not in (None, resumed):
+            resumed = _run_count(out_dir) if tc.resume else None
+            if resumed is not None and device.threads not in (None, resumed):
                 raise ConfigError(
                     f"trainer.resume=true but the run in {out_dir} trained on {resumed} "
-                    f"thread(s) and device.threads={cfg.device.threads}: resume with "
+                    f"thread(s) and device.threads={device.threads}: resume with "
                     f"device.threads={resumed} (or leave it out) for the run's own numbers"
                 )
-            count = resumed if resumed is not None else _chosen(cfg, ctx, model, train)
+            count = resumed if resumed is not None else _chosen(device, tc, ctx, model, train)
         except (ConfigError, OSError, ValueError) as exc:
             count = exc
     count = dd.broadcast(ctx, count)

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from foldexp import cpus
 from foldexp.blocks import Embedding
+from foldexp.config import DeviceConfig, TrainerConfig
 from foldexp.config.errors import ConfigError
+from foldexp.config.settings import DeviceSettings, TrainerSettings, settings_of
 from foldexp.cpus import WORK_PER_THREAD, cgroup_cpus, cpu_share, threads_for
 from foldexp.train import threads as run_threads_mod
 from foldexp.train.artifacts import write_json
@@ -119,13 +120,14 @@ def test_dense_weights_leave_out_tables_and_biases() -> None:
     assert step_work(_Model(), [3, 5], batch_size=10) == 160 * 10 * 4
 
 
-def _cfg(threads: int | None = None, resume: bool = False, workers: int = 0) -> OmegaConf:
-    return OmegaConf.create(
-        {
-            "device": {"threads": threads},
-            "trainer": {"resume": resume, "num_workers": workers, "batch_size": 10},
-        }
+def _cfg(
+    threads: int | None = None, resume: bool = False, workers: int = 0
+) -> tuple[DeviceSettings, TrainerSettings]:
+    device = settings_of(DeviceConfig, {"threads": threads})
+    trainer = settings_of(
+        TrainerConfig, {"resume": resume, "num_workers": workers, "batch_size": 10}
     )
+    return device, trainer
 
 
 def test_a_run_takes_the_rule_or_the_count_it_is_given(
@@ -133,23 +135,23 @@ def test_a_run_takes_the_rule_or_the_count_it_is_given(
 ) -> None:
     monkeypatch.setattr(run_threads_mod, "available_cpus", lambda: 8)
     monkeypatch.setattr(run_threads_mod, "step_work", lambda m, x, b: 1e12)
-    assert run_threads(_cfg(), DistContext(), _Model(), [], tmp_path) == 8
-    assert run_threads(_cfg(workers=2), DistContext(), _Model(), [], tmp_path) == 6
-    assert run_threads(_cfg(threads=3), DistContext(), _Model(), [], tmp_path) == 3
+    assert run_threads(*_cfg(), DistContext(), _Model(), [], tmp_path) == 8
+    assert run_threads(*_cfg(workers=2), DistContext(), _Model(), [], tmp_path) == 6
+    assert run_threads(*_cfg(threads=3), DistContext(), _Model(), [], tmp_path) == 3
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two DDP ranks on this machine
-    assert run_threads(_cfg(), DistContext(), _Model(), [], tmp_path) == 4
+    assert run_threads(*_cfg(), DistContext(), _Model(), [], tmp_path) == 4
 
 
 def test_a_resume_keeps_the_runs_count_or_refuses_another(tmp_path: Path) -> None:
     write_json(tmp_path / "run_info.json", {"config": {}, "info": {}, "threads": 3})
-    assert run_threads(_cfg(resume=True), DistContext(), _Model(), [], tmp_path) == 3
-    assert run_threads(_cfg(threads=3, resume=True), DistContext(), _Model(), [], tmp_path) == 3
+    assert run_threads(*_cfg(resume=True), DistContext(), _Model(), [], tmp_path) == 3
+    assert run_threads(*_cfg(threads=3, resume=True), DistContext(), _Model(), [], tmp_path) == 3
     with pytest.raises(ConfigError) as err:
-        run_threads(_cfg(threads=2, resume=True), DistContext(), _Model(), [], tmp_path)
+        run_threads(*_cfg(threads=2, resume=True), DistContext(), _Model(), [], tmp_path)
     assert "trained on 3 thread(s)" in str(err.value) and "device.threads=3" in str(err.value)
     write_json(tmp_path / "run_info.json", {"config": {}, "info": {}, "threads": "many"})
     with pytest.raises(ConfigError, match=r"run_info\.json: threads='many'"):
-        run_threads(_cfg(resume=True), DistContext(), _Model(), [], tmp_path)
+        run_threads(*_cfg(resume=True), DistContext(), _Model(), [], tmp_path)
 
 
 def test_a_joblib_sweep_splits_the_cpus_between_its_jobs() -> None:
