@@ -1,6 +1,6 @@
 """``run_bench(cfg)``: run the configured experiments, write CSV, markdown and plots, summarise.
 
-Writes into ``cfg.paths.output_dir`` (the Hydra run folder): ``bench.csv`` (tidy, one row per
+Writes into ``paths.output_dir`` (the Hydra run folder): ``bench.csv`` (tidy, one row per
 measurement), ``bench.md`` (tables in the papers' layouts with their figures beside ours), the
 PNG plots of ``plots.redraw`` and, for peers, ``peers_trees.json`` and ``peers/<name>.log``.
 """
@@ -18,21 +18,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from foldexp.bench.grid import Cell, Record
 from foldexp.bench.markdown import render
 from foldexp.bench.results import CSV_NAME, table1_summary, throughput_summary, to_frame
-from foldexp.bench.schema import check_bench_config
+from foldexp.bench.schema import BenchRun, bench_settings, check_bench_config
 from foldexp.bench.timing import setup_env
 from foldexp.config import enum_value
+from foldexp.config.settings import ComposedConfig
 from foldexp.data.cells import spreadsheet_frame
 from foldexp.kernels import configure_kernels, keep_freed_memory
 
 __all__ = ["run_bench", "summarize"]
 
 
-def _cells(cfg: DictConfig, env: Any, out_dir: Path) -> list[Cell]:
+def _cells(cfg: BenchRun, env: Any, out_dir: Path) -> list[Cell]:
     bench, seed = cfg.bench, int(cfg.seed)
     cells: list[Cell] = []
     for exp in bench.experiments:
@@ -56,14 +56,16 @@ def _cells(cfg: DictConfig, env: Any, out_dir: Path) -> list[Cell]:
     return cells
 
 
-def run_bench(cfg: DictConfig) -> pd.DataFrame:
-    """Runs the grid of ``cfg.bench`` and returns the tidy frame it also wrote to CSV; a value
-    outside its range fails first (``check_bench_config``), before anything is timed."""
+def run_bench(composed: ComposedConfig) -> pd.DataFrame:
+    """Runs the grid of ``bench`` and returns the tidy frame it also wrote to CSV; a value
+    outside its range fails first (``check_bench_config``), before anything is timed. The
+    composed config is read here, once (``bench_settings``)."""
     from tqdm import tqdm
 
-    check_bench_config(cfg)
+    check_bench_config(composed)
+    cfg = bench_settings(composed)
 
-    out_dir = Path(cfg.paths.output_dir)
+    out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     seed = int(cfg.seed)
     random.seed(seed)
@@ -73,7 +75,7 @@ def run_bench(cfg: DictConfig) -> pd.DataFrame:
     configure_kernels(cfg.device.onednn, cfg.device.fused_cells, cfg.device.flush_denormal)
     if cfg.device.keep_memory:
         keep_freed_memory()
-    (out_dir / "bench_config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    (out_dir / "bench_config.yaml").write_text(cfg.config_yaml)
     cells = _cells(cfg, env, out_dir)
     quiet = not (cfg.bench.progress and sys.stderr.isatty())
     records: list[Record] = []

@@ -12,7 +12,9 @@ data is loaded or any model is built. The modules mirror the config groups:
 
 Beside the schemas, imported by name (not re-exported here): ``checks`` (a composed or stored
 config's values against them), ``targets`` (the registry of targets a config may build),
-``overrides`` (what the command line's overrides may do) and ``errors`` (``ConfigError``).
+``overrides`` (what the command line's overrides may do), ``errors`` (``ConfigError``) and
+``settings`` (the composed config, checked, as frozen typed settings: ``run_settings``, made
+once at a command's edge and passed down; each settings class is its schema, frozen).
 """
 
 from __future__ import annotations

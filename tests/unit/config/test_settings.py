@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import re
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -130,3 +131,28 @@ def test_settings_of_a_saved_group_checks_it() -> None:
     assert trainer.eval_batch_size == 64 and trainer.balance.value == "examples"
     with pytest.raises(Exception, match="no_such_key"):
         settings_of(TrainerConfig, {"no_such_key": 1})
+
+
+# Where the composed config may still be seen: the apps and the CLI (a command's edge), the
+# config package (schemas, checks, the conversion), and the code that reads or writes a run
+# folder's saved config (resume checks; ``foldexp eval`` merging a saved config with overrides;
+# the bench's schema module, which turns its composed config into ``BenchRun`` and its YAML).
+EDGES = {
+    "cli.py",
+    "train/app.py",
+    "bench/app.py",
+    "train/resume_config.py",
+    "analysis/evaluate_run.py",
+    "bench/schema.py",
+}
+
+
+def test_below_the_edges_no_module_reads_the_composed_config() -> None:
+    root = Path(CONF_DIR).parent
+    readers = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if p.parts[len(root.parts)] != "config"
+        and re.search(r"\b(DictConfig|OmegaConf)\b", p.read_text(encoding="utf-8"))
+    )
+    assert set(readers) <= EDGES, sorted(set(readers) - EDGES)
