@@ -12,6 +12,7 @@ import os
 import random
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +23,35 @@ import torch
 from foldexp.bench.grid import Cell, Record
 from foldexp.bench.markdown import render
 from foldexp.bench.results import CSV_NAME, table1_summary, throughput_summary, to_frame
-from foldexp.bench.schema import BenchRun, bench_settings, check_bench_config
+from foldexp.bench.schema import check_bench_config
 from foldexp.bench.timing import setup_env
 from foldexp.config import enum_value
-from foldexp.config.settings import ComposedConfig
+from foldexp.config.settings import ComposedConfig, DeviceSettings, config_yaml, settings
 from foldexp.data.cells import spreadsheet_frame
 from foldexp.kernels import configure_kernels, keep_freed_memory
 
-__all__ = ["run_bench", "summarize"]
+__all__ = ["BenchRun", "run_bench", "summarize"]
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """A bench run's settings, made once from the composed config by ``run_bench``."""
+
+    seed: int
+    bench: Any  # the frozen ``BenchConfig`` (its sections: their schemas' instances)
+    device: DeviceSettings
+    output_dir: str
+    config_yaml: str  # the composed config as ``bench_config.yaml`` keeps it
+
+    @classmethod
+    def of(cls, cfg: ComposedConfig) -> BenchRun:
+        return cls(
+            seed=int(cfg.seed),
+            bench=settings(cfg.bench),
+            device=settings(cfg.device),
+            output_dir=str(cfg.paths.output_dir),
+            config_yaml=config_yaml(cfg),
+        )
 
 
 def _cells(cfg: BenchRun, env: Any, out_dir: Path) -> list[Cell]:
@@ -59,11 +81,11 @@ def _cells(cfg: BenchRun, env: Any, out_dir: Path) -> list[Cell]:
 def run_bench(composed: ComposedConfig) -> pd.DataFrame:
     """Runs the grid of ``bench`` and returns the tidy frame it also wrote to CSV; a value
     outside its range fails first (``check_bench_config``), before anything is timed. The
-    composed config is read here, once (``bench_settings``)."""
+    composed config is read here, once (``BenchRun.of``)."""
     from tqdm import tqdm
 
     check_bench_config(composed)
-    cfg = bench_settings(composed)
+    cfg = BenchRun.of(composed)
 
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,6 @@ from omegaconf import OmegaConf
 from foldexp.config import DeviceConfig, PathsConfig, register_configs
 from foldexp.config.fields import MAX_CLASSES, MAX_WIDTH, count, positive, rng_seed
 from foldexp.config.run import MAX_THREADS
-from foldexp.config.settings import DeviceSettings, frozen
 
 #: The most trees, leaves, sentences or words a benchmark's input may have: a batch of 256 trees
 #: of 64 leaves is the paper's; more than this is a typo that would allocate for minutes.
@@ -39,8 +38,6 @@ __all__ = [
     "BenchConfig",
     "BenchAppConfig",
     "register_bench_configs",
-    "BenchRun",
-    "bench_settings",
     "check_bench_config",
 ]
 
@@ -188,25 +185,3 @@ def check_bench_config(cfg: Any) -> None:
             raise ConfigError(
                 f"bench.peers.implementations: {name!r} is not a peer; one of {', '.join(PEERS)}"
             )
-
-
-@dataclass(frozen=True)
-class BenchRun:
-    """A bench run's settings, made once from the composed config by ``bench_settings``."""
-
-    seed: int
-    bench: Any  # the frozen ``BenchConfig`` (its sections: their schemas' instances)
-    device: DeviceSettings
-    output_dir: str
-    config_yaml: str  # the composed config as ``bench_config.yaml`` keeps it
-
-
-def bench_settings(cfg: Any) -> BenchRun:
-    """The composed bench config (checked: ``check_bench_config``) as typed settings."""
-    return BenchRun(
-        seed=int(cfg.seed),
-        bench=frozen(OmegaConf.to_object(cfg.bench)),
-        device=frozen(OmegaConf.to_object(cfg.device)),
-        output_dir=str(cfg.paths.output_dir),
-        config_yaml=OmegaConf.to_yaml(cfg),
-    )

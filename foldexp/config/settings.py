@@ -40,9 +40,11 @@ __all__ = [
     "ReadOnlyMap",
     "RunSettings",
     "TrainerSettings",
+    "config_yaml",
     "frozen",
     "plain_config",
     "run_settings",
+    "settings",
     "settings_of",
 ]
 
@@ -178,6 +180,17 @@ def plain_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(cfg, DictConfig):
         return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
     return dict(cfg)
+
+
+def settings(node: Any) -> Any:
+    """A composed group whose schema is a dataclass (``cfg.device``, the bench's ``cfg.bench``)
+    as that schema's frozen settings."""
+    return frozen(OmegaConf.to_object(node))
+
+
+def config_yaml(cfg: DictConfig) -> str:
+    """The composed config as YAML, as a run folder keeps it (``bench_config.yaml``)."""
+    return OmegaConf.to_yaml(cfg)
 
 
 def run_settings(cfg: DictConfig) -> RunSettings:
