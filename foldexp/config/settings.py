@@ -199,10 +199,10 @@ def run_settings(cfg: DictConfig) -> RunSettings:
     return RunSettings(
         seed=int(cfg.seed),
         task_name=str(cfg.get("task_name", "train")),
-        trainer=frozen(OmegaConf.to_object(cfg.trainer)),
-        device=frozen(OmegaConf.to_object(cfg.device)),
-        optimizer=frozen(OmegaConf.to_object(cfg.optimizer)),
-        paths=frozen(OmegaConf.to_object(cfg.paths)),
+        trainer=settings(cfg.trainer),
+        device=settings(cfg.device),
+        optimizer=settings(cfg.optimizer),
+        paths=settings(cfg.paths),
         # one level read-only: the builders take ``**keys``, lists as lists
         dataset=ReadOnlyMap(copy.deepcopy(plain["dataset"])),
         model=ReadOnlyMap(copy.deepcopy(plain["model"])),

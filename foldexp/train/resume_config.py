@@ -1,7 +1,7 @@
 """Whether a checkpoint may be resumed under the current config (``trainer.resume``).
 
-Every checkpoint stores the run's resolved config (``run_config``). Resuming compares it with
-the new one and refuses a difference in anything that shapes the result (``seed``, ``model.*``,
+Every checkpoint stores the run's resolved config (``RunSettings.config``). Resuming compares it
+with the new one and refuses a difference in anything that shapes the result (``seed``, ``model.*``,
 ``optimizer.*``, ``dataset.*``, the batch size, …), naming each key with its old and new value:
 the resumed run would otherwise mix two experiments under the new one's name. ``MUST_MATCH``
 names what is compared (``seed``, ``dataset.*``, ``model.*``, ``optimizer.*``, ``trainer.*``);
@@ -22,8 +22,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from foldexp.config.targets import schema_defaults
 
 __all__ = [
@@ -32,7 +30,6 @@ __all__ = [
     "ResumeConfigError",
     "config_changes",
     "refuse_changes",
-    "run_config",
 ]
 
 log = logging.getLogger("foldexp.train")
@@ -65,11 +62,6 @@ MAY_CHANGE = (
 
 class ResumeConfigError(ValueError):
     """``trainer.resume=true`` with a config that differs from the checkpoint's run."""
-
-
-def run_config(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved config in plain values, as checkpoints store it."""
-    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

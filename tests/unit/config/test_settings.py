@@ -134,14 +134,13 @@ def test_settings_of_a_saved_group_checks_it() -> None:
 
 
 # Where the composed config may still be seen: the apps and the CLI (a command's edge), the
-# config package (schemas, checks, the conversion), and the code that reads or writes a run
-# folder's saved config (resume checks; ``foldexp eval`` merging a saved config with overrides;
-# the bench's schema module, which turns its composed config into ``BenchRun`` and its YAML).
+# config package (schemas, checks, the conversion), the bench's schema module (its schemas and
+# their checks, as foldexp/config/ is the training app's), and the code that reads a run folder's
+# saved config (``foldexp eval`` merges it with the command line's overrides).
 EDGES = {
     "cli.py",
     "train/app.py",
     "bench/app.py",
-    "train/resume_config.py",
     "analysis/evaluate_run.py",
     "bench/schema.py",
 }

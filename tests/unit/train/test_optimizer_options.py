@@ -11,8 +11,9 @@ from hydra.utils import instantiate
 
 from foldexp.config.checks import check_run_config
 from foldexp.config.errors import ConfigError
+from foldexp.config.settings import plain_config as run_config
 from foldexp.train.app import compose_config
-from foldexp.train.resume_config import config_changes, run_config
+from foldexp.train.resume_config import config_changes
 
 # Every key of each optimizer's own schema, at a value other than its default.
 _OWN_KEYS = {
