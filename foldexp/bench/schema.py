@@ -14,7 +14,6 @@ from enum import Enum
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import OmegaConf
 
 from foldexp.config import DeviceConfig, PathsConfig, register_configs
 from foldexp.config.fields import MAX_CLASSES, MAX_WIDTH, count, positive, rng_seed
@@ -172,12 +171,13 @@ def check_bench_config(cfg: Any) -> None:
     from foldexp.bench.peers import PEERS  # registered at import, tests add fakes
     from foldexp.config.checks import check_section, check_value
     from foldexp.config.errors import ConfigError
+    from foldexp.config.settings import resolved
 
-    bench = OmegaConf.to_container(cfg.bench, resolve=True)
+    bench = resolved(cfg.bench)
     for name, schema in _SECTIONS.items():
         node = bench.get(name, {}) if name else bench
         check_section(f"bench.{name}" if name else "bench", node, schema)
-    check_section("device", OmegaConf.to_container(cfg.device, resolve=True), DeviceConfig)
+    check_section("device", resolved(cfg.device), DeviceConfig)
     seed = next(f for f in dataclasses.fields(BenchAppConfig) if f.name == "seed")
     check_value("seed", cfg.get("seed", 0), seed)
     for name in bench.get("peers", {}).get("implementations", []):

@@ -43,6 +43,7 @@ __all__ = [
     "config_yaml",
     "frozen",
     "plain_config",
+    "resolved",
     "run_settings",
     "settings",
     "settings_of",
@@ -180,6 +181,12 @@ def plain_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(cfg, DictConfig):
         return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
     return dict(cfg)
+
+
+def resolved(node: Any) -> Any:
+    """A composed node as plain dicts and lists, interpolations resolved, enums kept: what a
+    check below the command's edge reads (``bench.schema.check_bench_config``)."""
+    return OmegaConf.to_container(node, resolve=True)
 
 
 def settings(node: Any) -> Any:

@@ -134,16 +134,9 @@ def test_settings_of_a_saved_group_checks_it() -> None:
 
 
 # Where the composed config may still be seen: the apps and the CLI (a command's edge), the
-# config package (schemas, checks, the conversion), the bench's schema module (its schemas and
-# their checks, as foldexp/config/ is the training app's), and the code that reads a run folder's
-# saved config (``foldexp eval`` merges it with the command line's overrides).
-EDGES = {
-    "cli.py",
-    "train/app.py",
-    "bench/app.py",
-    "analysis/evaluate_run.py",
-    "bench/schema.py",
-}
+# config package (schemas, checks, the conversion), and the code that reads a run folder's saved
+# config (``foldexp eval`` merges it with the command line's overrides).
+EDGES = {"cli.py", "train/app.py", "bench/app.py", "analysis/evaluate_run.py"}
 
 
 def test_below_the_edges_no_module_reads_the_composed_config() -> None:
