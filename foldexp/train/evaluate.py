@@ -89,7 +89,9 @@ def improves(
 
     ``better`` is ``max`` or ``min``; a tie keeps the earlier epoch. A NaN score (a diverged
     model) never improves, and any number beats a NaN best: ``max(nan, x)`` is ``nan``, so
-    without this a diverged epoch became the best and its weights replaced ``best.pt``.
+    without this a diverged epoch became the best and its weights replaced ``best.pt``. Only
+    the first epoch's NaN is kept, as a best that any number beats: a run whose every dev
+    score is NaN still has a ``best.pt`` to test (its ``best_*`` says NaN).
     """
     if select not in row:
         raise KeyError(
@@ -97,7 +99,7 @@ def improves(
             f"columns are {sorted(row)}"
         )
     score, best = row[select], progress["best"]
-    if math.isnan(score):
+    if math.isnan(score) and best is not None:
         return False
     if best is not None and not math.isnan(best) and better(score, best) == best:
         return False

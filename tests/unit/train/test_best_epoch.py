@@ -34,6 +34,15 @@ def test_a_diverged_epoch_never_becomes_the_best(better) -> None:
     ]
 
 
+@pytest.mark.parametrize("better", [max, min])
+def test_a_run_whose_every_dev_score_is_nan_still_has_a_best_epoch(better) -> None:
+    """The first epoch stands (best.pt exists for the test) until a number beats it: with
+    none, every epoch's NaN was refused, no best.pt was written and the run ended at its test
+    with ``best.pt: no such file``."""
+    assert best_epochs([math.nan, math.nan, math.nan], better) == [0, 0, 0]
+    assert best_epochs([math.nan, math.nan, 0.3, math.nan], better) == [0, 0, 2, 2]
+
+
 def test_a_number_beats_a_nan_best_from_an_older_checkpoint() -> None:
     progress = {"best": math.nan, "best_epoch": 0, "bad_epochs": 2}
     assert improves({"dev_loss": 3.0}, "dev_loss", min, progress, 1)
