@@ -176,11 +176,14 @@ def _mutable(value: Any) -> Any:
 
 
 def plain_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """A config (composed, or a plain mapping: a run folder's) as plain Python values: enums
-    as their strings, interpolations resolved; a mapping is copied one level deep."""
+    """A config (composed, or a plain mapping: a run folder's, the settings' ``model``) as
+    plain Python values: enums as their strings, interpolations resolved. Always a fresh copy,
+    nested lists and mappings included: a builder that extends its list argument (a model's
+    ``sizes``) must not change the settings that the next build (after the memory check's
+    meta build) reads."""
     if isinstance(cfg, DictConfig):
         return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
-    return dict(cfg)
+    return _mutable(cfg)  # type: ignore[no-any-return]
 
 
 def resolved(node: Any) -> Any:

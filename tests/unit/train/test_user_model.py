@@ -99,3 +99,24 @@ def test_a_users_model_file_keeps_its_own_keys(
         "name": "bow",
         "size": 48,
     }
+
+
+def test_a_model_that_extends_its_list_key_gets_the_configured_list_each_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The memory check builds the model once on the meta device before the real build: both
+    received the settings' own list, so what the first build appended to it (a constructor
+    that extends ``sizes`` with its output width) reached the second, and the run's model."""
+    (tmp_path / "listy_model.py").write_text(
+        "from bag_of_words import BagOfWords\n"
+        "class Listy(BagOfWords):\n"
+        "    def __init__(self, vocab, num_classes, sizes):\n"
+        "        if len(sizes) != 1:\n"
+        "            raise ValueError(f'sizes={sizes}: another build extended them')\n"
+        "        sizes.append(num_classes)\n"
+        "        super().__init__(vocab, num_classes, size=sizes[0])\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    model = ["model=custom", "model._target_=listy_model.Listy", "+model.sizes=[8]"]
+    results = run_train(compose_config([*TINY, *model], tmp_path / "run"))
+    assert results["config"]["model"]["sizes"] == [8]
