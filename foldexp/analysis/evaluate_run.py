@@ -136,7 +136,7 @@ def run_eval(
             f"foldexp eval: the {split} split of the dataset is empty ({bundle.sizes()}); "
             "--split all scores every example"
         )
-    trainer = settings_of(TrainerConfig, cfg.trainer)
+    trainer = settings_of(TrainerConfig, cfg.trainer, "trainer")
     metrics = evaluate(run.model, examples, trainer, torch.device("cpu"), split)
     undefined = sorted(k for k, v in metrics.items() if isinstance(v, float) and math.isnan(v))
     if undefined:

@@ -21,7 +21,9 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ValidationError
 
+from foldexp.config.errors import ConfigError
 from foldexp.config.run import (
     AdagradConfig,
     AdamConfig,
@@ -87,11 +89,18 @@ def frozen(schema_obj: T) -> T:
     return cls(**values)  # type: ignore[no-any-return]
 
 
-def settings_of(schema: type[T], values: Any) -> T:
-    """``values`` (a mapping: a run folder's saved group, with overrides) checked against
-    ``schema`` (types, enums, unknown keys; absent keys take its defaults) as its frozen
-    settings."""
-    merged = OmegaConf.merge(OmegaConf.structured(schema), values)
+def settings_of(schema: type[T], values: Any, prefix: str = "") -> T:
+    """``values`` (a mapping: a run folder's saved group ``prefix``, with overrides) checked
+    against ``schema`` (types, enums, unknown keys; absent keys take its defaults) as its
+    frozen settings; a value the schema refuses raises ``ConfigError`` naming
+    ``prefix.key=value`` on one line (OmegaConf's own message spans three and names the key
+    without its group)."""
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), values)
+    except ValidationError as exc:
+        message = str(exc.msg).splitlines()[0] if exc.msg else type(exc).__name__
+        key = f"{prefix}.{exc.full_key}" if prefix else str(exc.full_key)
+        raise ConfigError(f"{key}={exc.value}: {message}") from None
     return frozen(OmegaConf.to_object(merged))  # type: ignore[arg-type]
 
 

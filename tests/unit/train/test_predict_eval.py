@@ -229,3 +229,7 @@ def test_eval_refuses_a_file_of_another_task_and_unknown_keys(run: Path, tmp_pat
         run_eval(run, ["+dataset.pth=x"])
     with pytest.raises(ConfigError, match=r"expected KEY=VALUE with a dataset"):
         run_eval(run, ["model.atom_size=3"])
+    # a trainer value outside its enum: one line naming the key (OmegaConf's error spanned
+    # three lines and named ``strategy`` alone)
+    with pytest.raises(ConfigError, match=r"^trainer\.strategy=bogus: .*single, ddp\]$"):
+        run_eval(run, ["trainer.strategy=bogus"], run_paths=True)
