@@ -8,6 +8,7 @@ Both run right after composing (``foldexp.config.hydra_errors.check_command_line
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +19,12 @@ from foldexp import config as schemas
 from foldexp.config.errors import ConfigError
 from foldexp.config.targets import schema_for
 
-__all__ = ["check_bool_overrides", "drop_preset_model_keys", "preset_model_keys"]
+__all__ = [
+    "check_bool_overrides",
+    "drop_preset_model_keys",
+    "model_group_keys",
+    "preset_model_keys",
+]
 
 
 log = logging.getLogger(__name__)
@@ -56,16 +62,32 @@ def _typed_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def _experiment_choice() -> str | None:
-    """The ``experiment`` preset the config was composed with, from Hydra's record of the
+def _choice(group: str) -> str | None:
+    """The option of ``group`` the config was composed with, from Hydra's record of the
     choices; ``None`` where Hydra has not recorded one."""
     from hydra.core.hydra_config import HydraConfig
 
     try:
-        choice = HydraConfig.get().runtime.choices.get("experiment")
+        choice = HydraConfig.get().runtime.choices.get(group)
     except (ValueError, AttributeError):  # HydraConfig not set: composed outside Hydra
         return None
     return str(choice) if choice else None
+
+
+def model_group_keys(name: str) -> set[str]:
+    """The keys foldexp's own model file ``foldexp/conf/model/NAME.yaml`` gives: its own and
+    its schema's (``tree_lstm``: ``embed_size``, ...), all for foldexp's model; none for a
+    file foldexp does not have (a user's, on ``hydra.searchpath``)."""
+    path = Path(schemas.CONF_DIR, "model", f"{name}.yaml")
+    if not path.is_file():
+        return set()
+    node = OmegaConf.load(path)
+    keys = {str(k) for k in node}
+    target = node.get("_target_") if not OmegaConf.is_missing(node, "_target_") else None
+    schema = schema_for(str(target)) if target else None
+    if schema is not None:
+        keys |= {f.name for f in dataclasses.fields(schema)}
+    return keys
 
 
 def preset_model_keys(name: str, seen: frozenset[str] = frozenset()) -> set[str]:
@@ -97,8 +119,10 @@ def drop_preset_model_keys(cfg: DictConfig, overrides: Sequence[str]) -> None:
         return
     if schema_for(str(model.get("_target_"))) is not None:
         return  # a foldexp model: its schema checks the keys
-    experiment = _experiment_choice()
+    experiment, group = _choice("experiment"), _choice("model")
     from_preset = preset_model_keys(experiment) if experiment is not None else set()
+    # model._target_=my.Model on foldexp's own model group (no model=custom): its keys too
+    from_preset |= model_group_keys(group) if group is not None else set()
     typed = {
         _typed_key(o).removeprefix("model.").split(".")[0]
         for o in overrides
@@ -112,9 +136,10 @@ def drop_preset_model_keys(cfg: DictConfig, overrides: Sequence[str]) -> None:
     if not preset:
         return
     log.info(
-        "model._target_=%s: experiment %s's model keys %s are for its own model and are not "
-        "passed to yours (give yours its keys with +model.KEY=VALUE)",
-        model.get("_target_"), experiment, ", ".join(f"model.{k}" for k in preset),
+        "model._target_=%s: the model keys %s (of experiment=%s, model=%s) are for "
+        "foldexp's own model and are not passed to yours (give yours its keys with "
+        "+model.KEY=VALUE)",
+        model.get("_target_"), ", ".join(f"model.{k}" for k in preset), experiment, group,
     )  # fmt: skip
     with open_dict(model):
         for key in preset:

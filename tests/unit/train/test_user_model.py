@@ -69,7 +69,7 @@ def test_an_experiments_model_keys_do_not_reach_a_users_model(
     with caplog.at_level("INFO", logger="foldexp.config.overrides"):
         cfg = compose_config(args, tmp_path)
     assert dict(cfg.model) == {"_target_": "bag_of_words.BagOfWords", "name": "custom", "size": 8}
-    assert "model.hidden_size, model.dropout are for its own model" in caplog.text
+    assert "model.hidden_size, model.dropout (of experiment=text_csv" in caplog.text
     # a key the user types is the user's, even one the preset also sets
     with pytest.raises(ConfigError, match=r"model\.dropout is not a parameter of"):
         compose_config([*args, "model.dropout=0.1"], tmp_path)
@@ -91,7 +91,7 @@ def test_a_users_model_file_keeps_its_own_keys(
     with caplog.at_level("INFO", logger="foldexp.config.overrides"):
         cfg = compose_config([*TINY, "model=bow", search], tmp_path)
     assert dict(cfg.model) == {"_target_": "bag_of_words.BagOfWords", "name": "bow", "size": 48}
-    assert "are for its own model" not in caplog.text
+    assert "are for foldexp's own model" not in caplog.text
     # a foldexp preset's keys still stay away from it, and the file's own keys still reach it
     args = ["experiment=text_csv", "dataset.path=reviews.csv", "model=bow", search]
     assert dict(compose_config(args, tmp_path).model) == {
@@ -120,3 +120,21 @@ def test_a_model_that_extends_its_list_key_gets_the_configured_list_each_build(
     model = ["model=custom", "model._target_=listy_model.Listy", "+model.sizes=[8]"]
     results = run_train(compose_config([*TINY, *model], tmp_path / "run"))
     assert results["config"]["model"]["sizes"] == [8]
+
+
+def test_a_users_target_on_foldexps_model_group_gets_none_of_its_keys(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``model._target_=my.Model`` without ``model=custom``: the group chosen is foldexp's
+    (``tree_lstm``, the default experiment's), whose schema's keys (``embed_size``, ...) are
+    for its own model. They were dropped until only an experiment preset's keys were; then
+    the run failed on ``model.embed_size is not a parameter of`` a key the user never set."""
+    with caplog.at_level("INFO", logger="foldexp.config.overrides"):
+        cfg = compose_config([*TINY, "model._target_=bag_of_words.BagOfWords"], tmp_path)
+    assert dict(cfg.model) == {"_target_": "bag_of_words.BagOfWords", "name": "tree_lstm"}
+    assert "model.embed_size" in caplog.text
+    # a key the user types still reaches the model
+    cfg = compose_config(
+        [*TINY, "model._target_=bag_of_words.BagOfWords", "+model.size=8"], tmp_path
+    )
+    assert dict(cfg.model)["size"] == 8
