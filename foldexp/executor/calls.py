@@ -9,8 +9,8 @@ gradients) and ``replay.py`` (a kept plan run again) share these.
 from __future__ import annotations
 
 import weakref
-from contextlib import AbstractContextManager, nullcontext
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Any
 
