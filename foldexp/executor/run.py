@@ -267,8 +267,8 @@ def _accumulate(buf: torch.Tensor, rows: Index, parts: Sequence[torch.Tensor | N
         return
     count = (rows.stop - rows.start) // len(parts)
     for k, part in enumerate(parts):
-        if part is not None:
-            buf[rows.start + k * count : rows.start + (k + 1) * count] += part
+        if part is not None:  # add_ on the view: ``buf[a:b] += part`` copies it back again
+            buf[rows.start + k * count : rows.start + (k + 1) * count].add_(part)
 
 
 class _SweepFunction(torch.autograd.Function):
