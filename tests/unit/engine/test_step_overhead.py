@@ -42,10 +42,15 @@ def test_an_engine_step_uploads_its_plan_in_one_copy() -> None:
 def test_an_engine_step_of_the_peers_workload_dispatches_few_ops() -> None:
     # The peers' workload (256 trees of 64 leaves) on the route a CUDA run takes; the count does
     # not depend on the width. 747 ops that are not views before the Tree-LSTM update took
-    # few ops (``kernels/treelstm_few.py``), 560 after: the bound is that and 10 %.
+    # few ops (``kernels/treelstm_few.py``), 558 after; 497 once the classifier over the roots
+    # runs once at the last depth (``schedule``: 9 calls before) and a group's outputs go into
+    # the buffers in one ``_foreach_copy_``: the bound is that and 10 % (558 fails it).
     with cuda_route():
         step = peers_step("engine", hidden=8)
         step()
         c = count_ops(step)
-    assert c.not_views <= 616, (c.not_views, c.top(12))
+    assert c.not_views <= 547, (c.not_views, c.top(12))
     assert c.ops["sigmoid"] <= 20, c.top(12)  # one per depth group, not one per gate
+    # h and c go into their rows in one _foreach_copy_ per group (47 copy_ before; 3 remain:
+    # the constants, the classifier's single output, the returned logits)
+    assert c.ops["copy_"] <= 5 and c.ops["_foreach_copy_"] <= 20, c.top(24)
