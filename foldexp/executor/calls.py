@@ -63,7 +63,7 @@ def write_outputs(
     (the peers' step: 18 launches fewer). Anything else (a ``(1, n)`` output broadcast over its
     rows, a Python number, another dtype) is assigned row block by row block, as always."""
     dsts = [bufs[tid][start:end] for tid, start, end in rows]
-    if len(outs) > 1 and all(
+    if len(outs) == len(dsts) > 1 and all(
         isinstance(o, torch.Tensor)
         and o.shape == d.shape
         and o.dtype == d.dtype
