@@ -296,7 +296,8 @@ def _bucket_by_depth(
     firsts = [int64_array(f) for f in trace.op_first]
     all_args = [int64_array(a) for a in trace.op_args]
     max_depth = max((int(d.max()) for d in depths if len(d)), default=0)
-    _postpone_sinks(trace, depths, firsts, all_args, max_depth)  # agenda steps too
+    # agenda steps, like depths, end at the last
+    _postpone_sinks(trace, depths, firsts, all_args, max_depth)
     for i, op in enumerate(trace.ops):
         out_tids.append([trace.type_id(t) for t in op.out_types])
         if len(trace.op_depth[i]) == 0:
@@ -326,8 +327,10 @@ def _postpone_sinks(
     last: int,
 ) -> None:
     """Moves every invocation whose outputs no invocation reads (only the plan's outputs and
-    metrics: a classifier over roots of trees of different heights) to depth ``last``, in place:
-    one call there, not one per height. Ops random now keep their depths (and their draws)."""
+    metrics do: a classifier over the roots of trees of different heights) to depth ``last``,
+    in place: its op then runs once there instead of once at each depth where a root ends
+    (the peers' step: 9 classifier calls, 5 ops each forward and backward, become one). Ops
+    random now keep their depths, so that their draws stay where they were."""
     used = np.zeros(trace.num_values, dtype=bool)
     for args in all_args:
         used[args] = True
