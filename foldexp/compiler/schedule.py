@@ -293,18 +293,15 @@ def _bucket_by_depth(
         steps[i] if steps is not None else int64_array(trace.op_depth[i])
         for i in range(len(trace.ops))
     ]
-    firsts = [int64_array(f) for f in trace.op_first]
-    all_args = [int64_array(a) for a in trace.op_args]
     max_depth = max((int(d.max()) for d in depths if len(d)), default=0)
-    # agenda steps, like depths, end at the last
-    _postpone_sinks(trace, depths, firsts, all_args, max_depth)
+    _postpone_sinks(trace, depths, max_depth)  # agenda steps, like depths, end at the last
     for i, op in enumerate(trace.ops):
         out_tids.append([trace.type_id(t) for t in op.out_types])
         if len(trace.op_depth[i]) == 0:
             continue
         depth = depths[i]
-        first = firsts[i]
-        args = all_args[i].reshape(len(depth), len(op.in_types))
+        first = int64_array(trace.op_first[i])
+        args = int64_array(trace.op_args[i]).reshape(len(depth), len(op.in_types))
         if op.id_limit is not None:
             tid = trace.type_ids.get(op.in_types[0], -1)
             check_ids(op, args[:, 0], lay.row, lay.row_values.get(tid))
@@ -319,26 +316,20 @@ def _bucket_by_depth(
     return by_depth, out_tids, max_depth
 
 
-def _postpone_sinks(
-    trace: Trace | BatchTrace,
-    depths: list[np.ndarray],
-    firsts: list[np.ndarray],
-    all_args: list[np.ndarray],
-    last: int,
-) -> None:
+def _postpone_sinks(trace: Trace | BatchTrace, depths: list[np.ndarray], last: int) -> None:
     """Moves every invocation whose outputs no invocation reads (only the plan's outputs and
     metrics do: a classifier over the roots of trees of different heights) to depth ``last``,
     in place: its op then runs once there instead of once at each depth where a root ends
     (the peers' step: 9 classifier calls, 5 ops each forward and backward, become one). Ops
     random now keep their depths, so that their draws stay where they were."""
     used = np.zeros(trace.num_values, dtype=bool)
-    for args in all_args:
-        used[args] = True
+    for args in trace.op_args:
+        used[int64_array(args)] = True
     for i, op in enumerate(trace.ops):
         depth = depths[i]
         if len(depth) == 0 or op.n_out == 0 or op.is_random():
             continue
-        first = firsts[i]
+        first = int64_array(trace.op_first[i])
         sink = ~used[first]
         for k in range(1, op.n_out):
             sink &= ~used[first + k]
