@@ -5,8 +5,8 @@ autobatching (Neubig, Goldberg and Dyer 2017) instead keeps an *agenda* of ready
 those whose arguments are all computed — and repeatedly runs every ready invocation of one op,
 choosing the op whose ready invocations have the lowest average depth. The two agree on trees
 of one cell; they differ where an op's invocations sit at many depths but could wait for one
-another (a classifier over roots of trees of different heights, one call instead of one per
-height, which depth batching now gets too: ``schedule`` runs such sinks at the last depth).
+another, e.g. a classifier over roots of trees of different heights (one call instead of one
+per height).
 
 ``agenda_levels(trace)`` gives every invocation the step at which the agenda runs it; the
 scheduler then groups by (step, op) exactly as it groups by (depth, op), so everything after

