@@ -42,18 +42,17 @@ def test_an_engine_step_uploads_its_plan_in_one_copy() -> None:
 def test_an_engine_step_of_the_peers_workload_dispatches_few_ops() -> None:
     # The peers' workload (256 trees of 64 leaves) on the route a CUDA run takes; the count does
     # not depend on the width. 747 ops that are not views before the Tree-LSTM update took
-    # few ops (``kernels/treelstm_few.py``), 558 after; 497 once the classifier over the roots
-    # runs once at the last depth (``schedule``: 9 calls before) and a group's outputs go into
-    # the buffers in one ``_foreach_copy_``: the bound is that and 10 % (558 fails it).
+    # few ops (``kernels/treelstm_few.py``), 558 after; 539 once a group's outputs go into the
+    # buffers in one ``_foreach_copy_``. The count is exact: the bound is that and 1 %.
     with cuda_route():
         step = peers_step("engine", hidden=8)
         step()
         c = count_ops(step)
-    assert c.not_views <= 547, (c.not_views, c.top(12))
+    assert c.not_views <= 545, (c.not_views, c.top(12))
     assert c.ops["sigmoid"] <= 20, c.top(12)  # one per depth group, not one per gate
-    # h and c go into their rows in one _foreach_copy_ per group (47 copy_ before; 3 remain:
-    # the constants, the classifier's single output, the returned logits)
-    assert c.ops["copy_"] <= 5 and c.ops["_foreach_copy_"] <= 20, c.top(24)
+    # h and c go into their rows in one _foreach_copy_ per group (47 copy_ before; 10 remain:
+    # the constants, the classifier's output at each of the roots' 9 depths)
+    assert c.ops["copy_"] <= 10 and c.ops["_foreach_copy_"] <= 20, c.top(24)
 
 
 def test_outputs_go_into_their_rows_with_one_copy_or_row_by_row() -> None:
