@@ -9,6 +9,7 @@ gradients) and ``replay.py`` (a kept plan run again) share these.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Any
@@ -20,7 +21,7 @@ from foldexp.compiler.schedule import Gather, Group, Index, Plan
 from foldexp.kernels import fused_cells_enabled, routed_linears
 from foldexp.kernels.pointwise_graph import PointwiseFusion
 
-__all__ = ["allocate", "call_op", "dense_route", "on_device", "outputs", "read"]
+__all__ = ["allocate", "call_op", "dense_route", "on_device", "outputs", "read", "write_outputs"]
 
 
 fusions: weakref.WeakKeyDictionary[Op, PointwiseFusion] = weakref.WeakKeyDictionary()
@@ -50,6 +51,29 @@ def call_op(op: Op, args: list[Any]) -> list[Any]:
 def read(buf: torch.Tensor, rows: Index) -> torch.Tensor:
     """Rows of a buffer: a view for a contiguous range, else a gathered copy."""
     return buf[rows] if isinstance(rows, slice) else buf.index_select(0, rows)
+
+
+def write_outputs(
+    bufs: list[torch.Tensor], rows: list[tuple[int, int, int]], outs: Sequence[Any]
+) -> None:
+    """Writes a group's outputs into their reserved rows ``(tid, start, end)``.
+
+    Outputs that match their rows exactly (shape, dtype, device: a Tree-LSTM's ``h`` and ``c``)
+    go in one ``_foreach_copy_``: on CUDA one multi-tensor kernel instead of a copy per output
+    (the peers' step: 18 launches fewer). Anything else (a ``(1, n)`` output broadcast over its
+    rows, a Python number, another dtype) is assigned row block by row block, as always."""
+    dsts = [bufs[tid][start:end] for tid, start, end in rows]
+    if len(outs) == len(dsts) > 1 and all(
+        isinstance(o, torch.Tensor)
+        and o.shape == d.shape
+        and o.dtype == d.dtype
+        and o.device == d.device
+        for o, d in zip(outs, dsts)
+    ):
+        torch._foreach_copy_(dsts, list(outs))
+        return
+    for dst, out in zip(dsts, outs):
+        dst[...] = out
 
 
 def on_device(plan: Plan, device: torch.device) -> Plan:

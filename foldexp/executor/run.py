@@ -42,7 +42,15 @@ import torch
 
 from foldexp.blocks.internal import Op
 from foldexp.compiler.schedule import Group, Index, Plan
-from foldexp.executor.calls import allocate, call_op, dense_route, on_device, outputs, read
+from foldexp.executor.calls import (
+    allocate,
+    call_op,
+    dense_route,
+    on_device,
+    outputs,
+    read,
+    write_outputs,
+)
 from foldexp.executor.replay import run_kept
 from foldexp.kernels import WeightGradients, collecting_weight_gradients
 from foldexp.kernels.scatter import NATIVE_ELEMENTS, index_add_parts
@@ -119,9 +127,7 @@ def _run_no_grad(plan: Plan, ops: Sequence[Op], device: torch.device) -> list[to
     bufs = allocate(plan, device)
     with dense_route(device):
         for g in plan.groups:
-            outs = call_op(ops[g.op], _arguments(ops[g.op], g, bufs))
-            for (tid, start, end), out in zip(g.outs, outs):
-                bufs[tid][start:end] = out
+            write_outputs(bufs, g.outs, call_op(ops[g.op], _arguments(ops[g.op], g, bufs)))
     return outputs(plan, bufs)
 
 
@@ -149,8 +155,7 @@ class _Sweep:
                 leaves: list[torch.Tensor] = []
                 spans: list[int] = []
                 outs = call_op(self.ops[g.op], _arguments(self.ops[g.op], g, bufs, leaves, spans))
-                for (tid, start, end), out in zip(g.outs, outs):
-                    bufs[tid][start:end] = out.detach()
+                write_outputs(bufs, g.outs, [o.detach() for o in outs])
                 self.records.append((leaves, spans, outs))
         return outputs(plan, bufs)
 
@@ -262,8 +267,8 @@ def _accumulate(buf: torch.Tensor, rows: Index, parts: Sequence[torch.Tensor | N
         return
     count = (rows.stop - rows.start) // len(parts)
     for k, part in enumerate(parts):
-        if part is not None:
-            buf[rows.start + k * count : rows.start + (k + 1) * count] += part
+        if part is not None:  # add_ on the view: ``buf[a:b] += part`` copies it back again
+            buf[rows.start + k * count : rows.start + (k + 1) * count].add_(part)
 
 
 class _SweepFunction(torch.autograd.Function):
