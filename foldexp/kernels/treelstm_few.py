@@ -79,6 +79,26 @@ def _forward(
     return h, c, s, t, terms, tc
 
 
+def _through_output_gate(
+    dh: torch.Tensor | None,
+    dc: torch.Tensor | None,
+    tc: torch.Tensor,
+    o: torch.Tensor,
+    do: torch.Tensor,
+) -> torch.Tensor:
+    """Backward through ``h = o * tanh(c)``: writes the output gate's gradient (before its
+    sigmoid) into ``do`` and returns the memory's gradient, ``dc`` included. At least one of
+    ``dh``, ``dc`` is given."""
+    if dh is None:
+        do.zero_()
+        return dc  # type: ignore[return-value]
+    torch.mul(dh, tc, out=do)
+    dct = torch.ops.aten.tanh_backward(dh * o, tc)
+    if dc is not None:
+        dct.add_(dc)
+    return dct
+
+
 class _BinaryStateFew(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, z: torch.Tensor, cl: torch.Tensor, cr: torch.Tensor, mask: Any) -> Any:
@@ -96,14 +116,7 @@ class _BinaryStateFew(torch.autograd.Function):
             return None, None, None, None
         n, hidden = cl.shape
         dz = z.new_empty((n, 5, hidden))  # each gate's gradient written into its columns
-        if dh is None:
-            dz[:, 3].zero_()
-            dct = dc
-        else:
-            torch.mul(dh, tc, out=dz[:, 3])  # o, before its sigmoid
-            dct = torch.ops.aten.tanh_backward(dh * s[:, 3], tc)
-            if dc is not None:
-                dct.add_(dc)
+        dct = _through_output_gate(dh, dc, tc, s[:, 3], dz[:, 3])
         d3 = dct.unsqueeze(1)
         sig = dz[:, :4]
         torch.mul(d3, terms, out=sig[:, :3])  # i, f_l, f_r
@@ -194,14 +207,7 @@ class _LeafStateFew(torch.autograd.Function):
             return None, None, None
         n, hidden = tc.shape
         dz = z.new_empty((n, 3, hidden))
-        if dh is None:
-            dz[:, 1].zero_()
-            dct = dc
-        else:
-            torch.mul(dh, tc, out=dz[:, 1])  # o, before its sigmoid
-            dct = torch.ops.aten.tanh_backward(dh * s[:, 1], tc)
-            if dc is not None:
-                dct.add_(dc)
+        dct = _through_output_gate(dh, dc, tc, s[:, 1], dz[:, 1])
         torch.mul(dct, u, out=dz[:, 0])  # i, before its sigmoid
         sig = dz[:, :2]
         _sigmoid_backward(sig, s, grad_input=sig)
