@@ -1,7 +1,7 @@
 """What one training step costs in framework overhead, on the route a CUDA run takes.
 
 Usage: python benchmarks/step_overhead.py [--trees 256] [--leaves 64] [--hidden 128]
-       [--small-hidden 8] [--repeats 7]
+       [--small-hidden 8] [--repeats 7] [--device cpu|cuda]
 
 For the peers' workload (``bench=peers``: random binary trees, the Tree-LSTM of
 ``foldexp/bench/peer_torch.py``) with foldexp's CPU-only kernels off (fused C++ cells, oneDNN),
@@ -15,7 +15,10 @@ as on CUDA, prints for the engine (traces cached) and the hand-written level-by-
 - the step's time at ``--small-hidden`` on 1 thread, where the time is almost all overhead:
   medians over ``--repeats`` after a warm-up, and the level/engine ratio (same process).
 
-Every figure is measured on the CPU; no GPU is needed.
+Every figure above is measured on the CPU; no GPU is needed. With ``--device cuda`` it measures
+the same steps on the GPU instead: kernels and memory copies launched per step (torch's
+profiler), the time the GPU was busy, the step's wall time (median, the device synchronized),
+and whether the engine's step runs under ``torch.cuda.set_sync_debug_mode("error")``.
 """
 
 from __future__ import annotations
@@ -23,21 +26,57 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import warnings
 
 import torch
 
-from foldexp.bench.overhead import count_ops, cuda_route, peers_step
+from foldexp.bench.overhead import count_kernels, count_ops, cuda_route, peers_step
 
 
-def _median_seconds(step, repeats: int) -> tuple[float, float, float]:
+def _median_seconds(step, repeats: int, wait=lambda: None) -> tuple[float, float, float]:
     step()
     step()
     times = []
     for _ in range(repeats):
+        wait()
         t0 = time.perf_counter()
         step()
+        wait()
         times.append(time.perf_counter() - t0)
     return statistics.median(times), min(times), max(times)
+
+
+def _syncs_allowed(step) -> str:
+    """``none`` when ``step`` runs with every host sync an error, else the error's first line."""
+    with warnings.catch_warnings():  # torch calls the mode a prototype, once a process
+        warnings.simplefilter("ignore", UserWarning)
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    except RuntimeError as err:
+        return str(err).splitlines()[0][:60]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return "none"
+
+
+def on_cuda(args: argparse.Namespace) -> None:
+    """The same steps on the GPU: kernels per step, busy time, wall time, host syncs."""
+    shape = dict(trees=args.trees, leaves=args.leaves)
+    print(f"{args.trees} trees of {args.leaves} leaves on {torch.cuda.get_device_name()}")
+    print(f"{'':8} {'hidden':>6} {'kernels':>8} {'copies':>6} {'busy ms':>8} {'step ms':>8}  syncs")
+    for hidden in (args.hidden, args.small_hidden):
+        for name in ("engine", "level"):
+            step = peers_step(name, hidden=hidden, device="cuda", **shape)
+            med, _, _ = _median_seconds(step, args.repeats, torch.cuda.synchronize)
+            k = count_kernels(step)
+            syncs = _syncs_allowed(step) if name == "engine" else "reads its loss"
+            print(
+                f"{name:8} {hidden:6d} {k.launches:8d} {k.copies:6d} {k.busy_us / 1e3:8.2f} "
+                f"{1e3 * med:8.2f}  {syncs}"
+            )
+            if hidden == args.hidden:
+                print(f"{'':17} top: {k.top()}")
 
 
 def main() -> None:
@@ -47,7 +86,11 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--small-hidden", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = ap.parse_args()
+    if args.device == "cuda":
+        on_cuda(args)
+        return
     torch.set_num_threads(1)
     shape = dict(trees=args.trees, leaves=args.leaves)
     print(f"{args.trees} trees of {args.leaves} leaves; CUDA's route (fused cells, oneDNN off)")

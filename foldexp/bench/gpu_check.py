@@ -20,6 +20,8 @@ On a machine without a CUDA device it says so in one line and exits 2. Nothing i
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import re
 import statistics
 import subprocess
@@ -37,6 +39,9 @@ NO_DEVICE = 2
 # Exit 2 from ``foldexp train`` with one of these in its last line: the preset's data is not
 # on this machine (or is the user's own file), which is not the GPU's failure.
 _NO_DATA = re.compile(r"expected an existing file|not found|foldexp data fetch|dataset\.path")
+# Presets that train from another preset's run (distillation from a teacher run): that preset
+# and the arguments that point at its run folder.
+_TEACHERS = {"sst_treelstm_fold_distill": ("sst_treelstm_fold", "model.teacher=[{run}]")}
 
 
 def _tests(root: Path, out: Path, timeout: float) -> dict[str, int]:
@@ -44,6 +49,9 @@ def _tests(root: Path, out: Path, timeout: float) -> dict[str, int]:
     report = out / "gpu-tests.xml"
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider"]
     cmd += [f"--junitxml={report}", str(root / "tests")]
+    if importlib.util.find_spec("xdist") is not None:
+        # The tests share one GPU well (small models); pytest-benchmark refuses xdist's workers.
+        cmd += ["-n", str(min(8, os.cpu_count() or 1)), "-p", "no:benchmark"]
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     try:
         proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout)
@@ -59,7 +67,10 @@ def _tests(root: Path, out: Path, timeout: float) -> dict[str, int]:
         kinds = {child.tag for child in case}
         if kinds & {"failure", "error"}:
             counts["failed"] += 1
-            print(f"FAILED {case.get('classname')}::{case.get('name')}", file=sys.stderr)
+            why = next(c for c in case if c.tag in ("failure", "error")).get("message") or ""
+            print(
+                f"FAILED {case.get('classname')}::{case.get('name')}: {why[:500]}", file=sys.stderr
+            )
         elif "skipped" in kinds:
             counts["skipped"] += 1
         else:
@@ -77,6 +88,11 @@ def _train(
     """One short epoch of preset ``name`` on ``device``: (status, epoch seconds)."""
     folder = out / name
     cmd = [sys.executable, "-m", "foldexp.cli", "train", f"experiment={name}", f"device={device}"]
+    if name in _TEACHERS:
+        teacher, arg = _TEACHERS[name]
+        if not (out / teacher / "results.json").exists():  # the teacher trained to its end
+            return f"no {teacher} run to learn from", None
+        cmd.append(arg.format(run=out / teacher))
     cmd += ["trainer.epochs=1", f"trainer.limit_batches={batches}", "trainer.progress=false"]
     cmd += ["trainer.plots=false", f"hydra.run.dir={folder}"]
     try:
@@ -86,8 +102,9 @@ def _train(
     last = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or [""])[-1]
     if proc.returncode == 2 and _NO_DATA.search(last):
         return "no data here", None
+    (out / f"{name}.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
-        print(f"{name}: exit {proc.returncode}: {last}", file=sys.stderr)
+        print(f"{name}: exit {proc.returncode}: {last} (log: {out / name}.log)", file=sys.stderr)
         return f"FAILED (exit {proc.returncode})", None
     metrics = folder / "metrics.csv"
     lines = metrics.read_text().splitlines() if metrics.exists() else []
@@ -128,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-tests", action="store_true", help="only train and time")
     ap.add_argument("--presets", default="", help="comma-separated presets (default: all)")
     ap.add_argument("--trees", type=int, default=256, help="trees of the peers' step")
+    ap.add_argument(
+        "--keep", default="", help="a folder to keep the tests' JUnit report and the runs in"
+    )
     # The same checks on another device, to try the script itself where there is no GPU.
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -142,13 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(__file__).resolve().parents[2]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
-        out = Path(tmp)
+        out = Path(args.keep or tmp)
+        out.mkdir(parents=True, exist_ok=True)
         tests = (
             {"passed": 0, "failed": 0, "skipped": 0}
             if args.skip_tests
             else _tests(root, out, timeout=240)
         )
         names = args.presets.split(",") if args.presets else _presets(root)
+        # A teacher's run first, so that its student finds it.
+        names.sort(key=lambda n: n in _TEACHERS)
         runs = {n: _train(n, out, args.batches, 60, args.device) for n in names}
     peers = _peers(args.repeats, args.trees, args.device)
     where = torch.cuda.get_device_name() if args.device == "cuda" else args.device

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["OpCount", "count_ops", "cuda_route", "peers_step"]
+__all__ = ["KernelCount", "OpCount", "count_kernels", "count_ops", "cuda_route", "peers_step"]
 
 _COPIES = {"aten._to_copy.default", "aten.copy_.default"}
 _SYNC = "aten._local_scalar_dense.default"
@@ -87,6 +87,45 @@ def count_ops(fn: Callable[[], Any]) -> OpCount:
     count = OpCount()
     with _Counting(count):
         fn()
+    return count
+
+
+@dataclass
+class KernelCount:
+    """What one call launched on a CUDA device, read from torch's profiler: kernels, memory
+    copies and sets (``Memcpy``/``Memset``), and the time the device was busy with them."""
+
+    kernels: Counter = field(default_factory=Counter)
+    copies: int = 0
+    busy_us: float = 0.0
+
+    @property
+    def launches(self) -> int:
+        return sum(self.kernels.values())
+
+    def top(self, n: int = 6) -> str:
+        """The ``n`` most launched kernels, names cut to 40 characters."""
+        return ", ".join(f"{name[:40]} {k}" for name, k in self.kernels.most_common(n))
+
+
+def count_kernels(fn: Callable[[], Any]) -> KernelCount:
+    """Runs ``fn()`` once on a CUDA device under torch's profiler and counts what it launched."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    count = KernelCount()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    for event in prof.events():
+        if event.device_type != DeviceType.CUDA:
+            continue
+        count.busy_us += event.time_range.elapsed_us()
+        if event.name.startswith(("Memcpy", "Memset")):
+            count.copies += 1
+        else:
+            count.kernels[event.name] += 1
     return count
 
 

@@ -104,7 +104,7 @@ def _engine(
 def _loop(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
     def state(node: Any) -> tuple[torch.Tensor, torch.Tensor]:
         if len(node) == 1:
-            return m.word(torch.tensor([node[0]]))
+            return m.word(torch.tensor([node[0]], device=m.out.weight.device))
         return m.cell(state(node[0]), state(node[1]))
 
     def step() -> dict[str, Any]:
@@ -117,6 +117,8 @@ def _loop(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, d
 
 
 def _level(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
+    dev = m.out.weight.device  # the index tensors go where the model is
+
     def step() -> dict[str, Any]:
         # Number every node of the batch by height: leaves first, then height 1, 2, ...
         words: list[int] = []
@@ -153,10 +155,10 @@ def _level(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, 
             for n in level:
                 number[id(n)] = len(number)
         # The math: one leaf call, then one cell call per height.
-        h, c = m.word(torch.tensor(words))
+        h, c = m.word(torch.tensor(words, device=dev))
         hs, cs = [h], [c]
         for pairs in by_height:
-            idx = torch.tensor(pairs).T.reshape(-1)
+            idx = torch.tensor(pairs, device=dev).T.reshape(-1)
             h_all, c_all = torch.cat(hs), torch.cat(cs)
             hl, hr = h_all[idx].chunk(2)
             cl, cr = c_all[idx].chunk(2)
@@ -164,7 +166,7 @@ def _level(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, 
             hs.append(h)
             cs.append(c)
         h_all = torch.cat(hs)
-        root_rows = torch.tensor([number[id(t)] for t in roots])
+        root_rows = torch.tensor([number[id(t)] for t in roots], device=dev)
         loss = F.cross_entropy(m.out(h_all[root_rows]), labels)
         loss.backward()
         return {"calls": 1 + len(by_height), "loss": loss.item()}

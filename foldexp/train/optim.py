@@ -6,9 +6,9 @@ A model says so by putting ``"optimizer": "sgd"`` in that group (``model.param_g
 one, with one state dict, so checkpoints and resumption treat the pair as a single optimizer.
 
 Every optimizer is built with ``fused=True`` where torch has a fused kernel for it on the
-parameters' device (``fused_kernel_available``, which asks torch's operator registry: Adagrad's
-is CPU-only in the torch releases we know, Adam's, AdamW's and SGD's run on CPU and CUDA): one
-pass over each parameter's memory per step instead of one per arithmetic op. On SST's
+parameters' device (``fused_kernel_available``, which asks torch's operator registry and takes
+one trial step: torch 2.11's Adagrad fuses on the CPU only, Adam, AdamW and SGD on CPU and
+CUDA): one pass over each parameter's memory per step instead of one per arithmetic op. On SST's
 Tree-LSTM (a 21,208 x 50 word table, 1 thread) Adagrad's step took 0.82 ms fused and 2.11 ms
 unfused; results agree to float rounding (largest parameter difference 2.4e-7 after 5 steps),
 which compounds over a run: the default experiment's test loss after 2 epochs read 0.1607
@@ -17,6 +17,7 @@ fused and 0.1666 unfused. ``optimizer.fused=false`` restores torch's per-op step
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from functools import partial
@@ -74,13 +75,17 @@ class OptimizerSet:
             opt.load_state_dict(s)
 
 
-def fused_kernel_available(cls: type, device: torch.device | str) -> bool:
-    """Whether torch has ``cls``'s fused step for parameters on ``device``, asked of torch
-    itself rather than a list of ours: the device type must be one torch's optimizers accept
-    ``fused=True`` for, and the operator the fused step calls (``aten::_fused_<name>_``, as torch
-    names them: ``_fused_adam_``, ``_fused_adagrad_``, ...) must have a kernel registered for
-    that device's dispatch key. Adagrad on CUDA passes the first test and fails the second
-    (torch 2.11 refuses it only inside ``step()``)."""
+def fused_kernel_available(
+    cls: type, device: torch.device | str, dtype: torch.dtype = torch.float32
+) -> bool:
+    """Whether torch takes ``cls``'s fused step for parameters of ``dtype`` on ``device``,
+    asked of torch itself rather than a list of ours: the device type must be one torch's
+    optimizers accept ``fused=True`` for, the operator the fused step calls
+    (``aten::_fused_<name>_``: ``_fused_adam_``, ``_fused_adagrad_``, ...) must have a kernel
+    for that device's dispatch key, and one step of ``cls`` with ``fused=True`` on a
+    one-element parameter there must run. The registry alone is not enough: torch 2.11 registers
+    ``_fused_adagrad_`` for CUDA, yet its Adagrad refuses ``fused=True`` on CUDA inside
+    ``step()``. The trial step's answer is kept per class, device and dtype."""
     from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
     device = torch.device(device)
@@ -91,9 +96,24 @@ def fused_kernel_available(cls: type, device: torch.device | str) -> bool:
     op = f"aten::_fused_{cls.__name__.lower()}_"
     try:
         key = torch._C._dispatch_key_for_device(device.type)
-        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op, key))
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(op, key):
+            return False
     except RuntimeError:  # no such operator or dispatch key in this torch: no fused kernel
         return False
+    return _fused_step_runs(cls, device, dtype)
+
+
+@functools.cache
+def _fused_step_runs(cls: type, device: torch.device, dtype: torch.dtype) -> bool:
+    """One fused step of ``cls`` on a zero parameter with a zero gradient: whether torch takes
+    it (a step of zeros changes nothing it is not thrown away with)."""
+    try:
+        p = torch.zeros(1, device=device, dtype=dtype, requires_grad=True)
+        p.grad = torch.zeros_like(p)
+        cls([p], lr=1e-3, fused=True).step()
+    except (RuntimeError, TypeError, ValueError, AssertionError):
+        return False
+    return True
 
 
 def _fused(make: Callable[..., torch.optim.Optimizer], groups: list[dict[str, Any]]) -> Any:
@@ -111,8 +131,8 @@ def _fused(make: Callable[..., torch.optim.Optimizer], groups: list[dict[str, An
     fusable = (
         bool(want)
         and len(devices) == 1
-        and fused_kernel_available(cls, next(iter(devices)))
         and all(p.is_floating_point() and p.layout == torch.strided for p in params)
+        and all(fused_kernel_available(cls, p.device, p.dtype) for p in _one_per_dtype(params))
     )
     if fusable:
         try:
@@ -122,6 +142,10 @@ def _fused(make: Callable[..., torch.optim.Optimizer], groups: list[dict[str, An
         optimizer.register_step_pre_hook(_unfuse_for_sparse_gradients)
         return optimizer
     return base(groups)
+
+
+def _one_per_dtype(params: list[torch.Tensor]) -> list[torch.Tensor]:
+    return list({p.dtype: p for p in params}.values())
 
 
 def _unfuse_for_sparse_gradients(optimizer: torch.optim.Optimizer, *_: Any) -> None:

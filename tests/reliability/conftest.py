@@ -1,15 +1,42 @@
-"""Shared by the fault-injection tests: a run small enough to train in seconds, and one
-finished run that tests copy before they damage it."""
+"""Shared by the fault-injection tests: a run small enough to train in seconds, one finished
+run that tests copy before they damage it, and the limits of a memory-capped child process."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
+
+
+@pytest.fixture(scope="session")
+def capped_child() -> Callable[[int], tuple[dict[str, str], int]]:
+    """``capped(extra)`` -> the environment and the address-space cap (``RLIMIT_AS``, bytes) of
+    a ``foldexp`` child process that may map ``extra`` bytes past what a bare ``foldexp``
+    command maps. The cap is measured, not fixed: a CUDA build of torch maps gigabytes of
+    libraries and numpy's OpenBLAS a buffer per core (a fixed 3 GB cap failed every such child
+    at import on a 16-core GPU host). No GPU is visible to the child: the cap is about host
+    memory, and CUDA cannot start under one."""
+    env = {k: v for k, v in os.environ.items() if k != "FOLDEXP_TRACEBACK"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    code = "import foldexp.cli; print(open('/proc/self/status').read())"
+    status = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    baseline = int(re.search(r"VmPeak:\s+(\d+) kB", status)[1]) * 1024
+
+    def capped(extra: int) -> tuple[dict[str, str], int]:
+        return env, baseline + extra
+
+    return capped
 
 
 @pytest.fixture(scope="session")

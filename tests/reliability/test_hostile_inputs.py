@@ -34,7 +34,9 @@ HUGE = "a" * (MAX_LINE_BYTES + 4096)  # one line past the limit
 
 
 def _predict_process(run: Path, *args: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "FOLDEXP_TRACEBACK": "1"}
+    # This tree first, and whatever else the path held (packages installed with --target)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "FOLDEXP_TRACEBACK": "1"}
     command = [sys.executable, "-m", "foldexp", "predict", str(run), "-", *args]
     return subprocess.Popen(
         command,
@@ -69,6 +71,7 @@ def _peak(proc: subprocess.Popen[bytes], lines: int, huge: int) -> tuple[int, in
     feeder.join()
     reader.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stdin.close()  # type: ignore[union-attr]  # still open where the process died early
     proc.stderr.close()  # type: ignore[union-attr]
     proc.stdout.close()  # type: ignore[union-attr]
     return usage.ru_maxrss, proc.returncode, out[0].decode().splitlines()

@@ -26,9 +26,8 @@ def _dev_zero(path: Path) -> None:
     path.symlink_to("/dev/zero")
 
 
-def _cap_memory() -> None:
-    cap = 3 * 2**30
-    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+def _cap_memory(cap: int) -> Callable[[], None]:
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs")
@@ -38,7 +37,12 @@ def _cap_memory() -> None:
 )
 @pytest.mark.parametrize("plant", [_fifo, _dev_zero], ids=["fifo", "dev-zero"])
 def test_a_sidecar_that_is_no_plain_file_is_refused_at_once(
-    run: Path, tmp_path: Path, target: str, command: str, plant: Callable[[Path], None]
+    run: Path,
+    tmp_path: Path,
+    target: str,
+    command: str,
+    plant: Callable[[Path], None],
+    capped_child: Callable[[int], tuple[dict[str, str], int]],
 ) -> None:
     sidecar = run / f"{target}.sha256"
     sidecar.unlink()
@@ -46,10 +50,10 @@ def test_a_sidecar_that_is_no_plain_file_is_refused_at_once(
     inputs = tmp_path / "in.txt"
     inputs.write_text("(1 (2 3) (4 5))\n")
     argv = [str(run), str(inputs)] if command == "predict" else [str(run)]
-    env = {k: v for k, v in os.environ.items() if k != "FOLDEXP_TRACEBACK"}
+    env, cap = capped_child(2 << 30)  # reading /dev/zero whole would pass any cap
     proc = subprocess.run(
         [sys.executable, "-m", "foldexp.cli", command, *argv],
-        capture_output=True, text=True, env=env, timeout=60, preexec_fn=_cap_memory,
+        capture_output=True, text=True, env=env, timeout=60, preexec_fn=_cap_memory(cap),
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-2000:]
     err = proc.stderr.strip().splitlines()

@@ -165,22 +165,33 @@ def test_the_fused_choice_agrees_with_what_torch_runs(cls, device: str) -> None:
 
 
 def test_the_fused_choice_is_asked_per_device_and_optimizer(monkeypatch) -> None:
-    """The registry of a CUDA build of torch (2.11: fused Adam, AdamW and SGD on CUDA, Adagrad
-    on the CPU only): Adagrad on CUDA takes the unfused step, Adam the fused one."""
+    """A CUDA build of torch 2.11, as it was met on an H200: its registry has fused Adagrad,
+    Adam, AdamW and SGD kernels for CPU and CUDA, but its Adagrad refuses ``fused=True`` on
+    CUDA inside ``step()``. Adagrad on CUDA takes the unfused step, Adam the fused one."""
     from foldexp.train import optim
 
     cuda_build = {
-        ("aten::_fused_adagrad_", "CPU"),
-        *((f"aten::_fused_{n}_", k) for n in ("adam", "adamw", "sgd") for k in ("CPU", "CUDA")),
+        (f"aten::_fused_{n}_", k)
+        for n in ("adagrad", "adam", "adamw", "sgd")
+        for k in ("CPU", "CUDA")
     }
     monkeypatch.setattr(
         torch._C, "_dispatch_has_kernel_for_dispatch_key", lambda op, key: (op, key) in cuda_build
     )
+    trials = []
+
+    def step_runs(cls: type, device: torch.device, dtype: torch.dtype) -> bool:
+        trials.append((cls, device.type, dtype))
+        return device.type == "cpu" or cls is not torch.optim.Adagrad
+
+    monkeypatch.setattr(optim, "_fused_step_runs", step_runs)
     ask = optim.fused_kernel_available
     assert not ask(torch.optim.Adagrad, "cuda") and ask(torch.optim.Adagrad, "cpu")
     assert ask(torch.optim.Adam, "cuda") and ask(torch.optim.AdamW, torch.device("cuda", 1))
     assert ask(torch.optim.SGD, "cuda") and not ask(torch.optim.RMSprop, "cpu")
     assert not ask(torch.optim.Adam, "meta")  # not a device torch fuses on at all
+    assert (torch.optim.Adagrad, "cuda", torch.float32) in trials  # the registry said yes
+    assert all(cls is not torch.optim.RMSprop for cls, _, _ in trials)  # the registry said no
     # build_optimizer asks about its parameters' device: a CPU without Adam's fused kernel in
     # the registry (Adagrad's there) gets the unfused Adam and the fused Adagrad
     cuda_build.discard(("aten::_fused_adam_", "CPU"))
