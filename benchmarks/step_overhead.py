@@ -61,22 +61,37 @@ def _syncs_allowed(step) -> str:
 
 
 def on_cuda(args: argparse.Namespace) -> None:
-    """The same steps on the GPU: kernels per step, busy time, wall time, host syncs."""
+    """The same steps on the GPU: kernels per step, busy time, wall time, host syncs; the engine
+    with its Tree-LSTM update in Triton kernels (where Triton is present) and in torch's ops."""
+    try:
+        from foldexp.kernels.treelstm_triton import set_triton_cells_enabled
+    except ImportError:  # a foldexp from before the Triton cells: measured as it is
+        set_triton_cells_enabled = None
     shape = dict(trees=args.trees, leaves=args.leaves)
     print(f"{args.trees} trees of {args.leaves} leaves on {torch.cuda.get_device_name()}")
-    print(f"{'':8} {'hidden':>6} {'kernels':>8} {'copies':>6} {'busy ms':>8} {'step ms':>8}  syncs")
+    print(
+        f"{'':14} {'hidden':>6} {'kernels':>8} {'copies':>6} {'busy ms':>8} {'step ms':>8}  syncs"
+    )
+    runs = [("engine", True), ("engine", False), ("level", True)]
+    if set_triton_cells_enabled is None:
+        runs = [("engine", False), ("level", False)]
     for hidden in (args.hidden, args.small_hidden):
-        for name in ("engine", "level"):
+        for name, triton in runs:
+            if set_triton_cells_enabled is not None:
+                set_triton_cells_enabled(triton)
+            label = f"{name}{'' if name == 'level' else ', triton' if triton else ', ops'}"
             step = peers_step(name, hidden=hidden, device="cuda", **shape)
             med, _, _ = _median_seconds(step, args.repeats, torch.cuda.synchronize)
             k = count_kernels(step)
             syncs = _syncs_allowed(step) if name == "engine" else "reads its loss"
             print(
-                f"{name:8} {hidden:6d} {k.launches:8d} {k.copies:6d} {k.busy_us / 1e3:8.2f} "
+                f"{label:14} {hidden:6d} {k.launches:8d} {k.copies:6d} {k.busy_us / 1e3:8.2f} "
                 f"{1e3 * med:8.2f}  {syncs}"
             )
             if hidden == args.hidden:
-                print(f"{'':17} top: {k.top()}")
+                print(f"{'':23} top: {k.top()}")
+    if set_triton_cells_enabled is not None:
+        set_triton_cells_enabled(True)
 
 
 def main() -> None:

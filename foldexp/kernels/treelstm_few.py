@@ -23,6 +23,9 @@ backward, and ``z`` for a backward under ``create_graph`` (a second derivative),
 Values agree with ``binary_state_ops`` to rounding (the sum of the three memory terms is one
 reduction instead of two additions); batched == eager holds exactly, both taking this route.
 
+On CUDA (float32, Triton present) the binary update's forward and backward are one Triton
+kernel each (``treelstm_triton``) inside the same ``torch.autograd.Function``.
+
 ``leaf_state_few`` does the same for ``leaf_state`` (a leaf's i, o, u gates; with ``carry`` a
 child-sum node, ``c = i ⊙ u + carry``): 5 ops forward (6 on the CPU) and 9 backward instead of
 autograd's 8 and 11, one sigmoid over i and o, ``addcmul`` for the carry.
@@ -34,6 +37,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from foldexp.kernels.treelstm_triton import binary_backward, binary_forward, triton_route
 
 __all__ = ["binary_state_few", "few_ops_apply", "leaf_state_few", "few_ops_apply_leaf"]
 
@@ -103,17 +108,25 @@ class _BinaryStateFew(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, z: torch.Tensor, cl: torch.Tensor, cr: torch.Tensor, mask: Any) -> Any:
         ctx.set_materialize_grads(False)
+        ctx.triton = triton_route(z)
+        if ctx.triton:  # one kernel each way; the backward recomputes the gates from z
+            h, c = binary_forward(z, cl, cr, mask)
+            ctx.save_for_backward(z, cl, cr, mask, c)
+            return h, c
         h, c, s, t, terms, tc = _forward(z, cl, cr, mask)
         ctx.save_for_backward(z, cl, cr, mask, s, t, terms, tc)
         return h, c
 
     @staticmethod
     def backward(ctx: Any, dh: torch.Tensor | None, dc: torch.Tensor | None) -> Any:
-        z, cl, cr, mask, s, t, terms, tc = ctx.saved_tensors
+        z, cl, cr, mask, *saved = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: a backward that is itself differentiable
             return (*_through_autograd(z, cl, cr, mask, dh, dc), None)
         if dh is None and dc is None:
             return None, None, None, None
+        if ctx.triton:
+            return (*binary_backward(z, cl, cr, mask, saved[0], dh, dc), None)
+        s, t, terms, tc = saved
         n, hidden = cl.shape
         dz = z.new_empty((n, 5, hidden))  # each gate's gradient written into its columns
         dct = _through_output_gate(dh, dc, tc, s[:, 3], dz[:, 3])
@@ -150,6 +163,8 @@ def binary_state_few(
     ``few_ops_apply`` first."""
     if torch.is_grad_enabled() and (z.requires_grad or cl.requires_grad or cr.requires_grad):
         return _BinaryStateFew.apply(z, cl, cr, mask)
+    if triton_route(z):
+        return binary_forward(z, cl, cr, mask)
     h, c = _forward(z, cl, cr, mask)[:2]
     return h, c
 

@@ -1,0 +1,74 @@
+"""The Triton kernels of ``treelstm_triton`` (imported only when a CUDA update first needs
+them; Triton resolves a kernel's helpers from its module's globals)."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tanh(x):
+    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+
+
+# n_el changes with every depth: one compiled kernel for all its values
+@triton.jit(do_not_specialize=["n_el"])
+def forward(z, cl, cr, mask, h, c, n_el, H, sz, scl, scr, sm, HAS_MASK: tl.constexpr,
+            BLOCK: tl.constexpr):  # fmt: skip
+    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = idx < n_el
+    r = idx // H
+    j = idx - r * H
+    zr = z + r * sz + j
+    i = tl.sigmoid(tl.load(zr, mask=ok, other=0.0))
+    fl = tl.sigmoid(tl.load(zr + H, mask=ok, other=0.0))
+    fr = tl.sigmoid(tl.load(zr + 2 * H, mask=ok, other=0.0))
+    o = tl.sigmoid(tl.load(zr + 3 * H, mask=ok, other=0.0))
+    u = tanh(tl.load(zr + 4 * H, mask=ok, other=0.0))
+    if HAS_MASK:
+        u = u * tl.load(mask + r * sm + j, mask=ok, other=0.0)
+    kl = tl.load(cl + r * scl + j, mask=ok, other=0.0)
+    kr = tl.load(cr + r * scr + j, mask=ok, other=0.0)
+    cv = i * u + fl * kl + fr * kr
+    tl.store(c + idx, cv, mask=ok)
+    tl.store(h + idx, o * tanh(cv), mask=ok)
+
+
+@triton.jit(do_not_specialize=["n_el"])
+def backward(z, cl, cr, mask, c, dh, dc, dz, dcl, dcr, n_el, H, sz, scl, scr, sm,
+             HAS_MASK: tl.constexpr, HAS_DH: tl.constexpr, HAS_DC: tl.constexpr,
+             BLOCK: tl.constexpr):  # fmt: skip
+    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = idx < n_el
+    r = idx // H
+    j = idx - r * H
+    zr = z + r * sz + j
+    i = tl.sigmoid(tl.load(zr, mask=ok, other=0.0))
+    fl = tl.sigmoid(tl.load(zr + H, mask=ok, other=0.0))
+    fr = tl.sigmoid(tl.load(zr + 2 * H, mask=ok, other=0.0))
+    o = tl.sigmoid(tl.load(zr + 3 * H, mask=ok, other=0.0))
+    t = tanh(tl.load(zr + 4 * H, mask=ok, other=0.0))
+    u = t
+    if HAS_MASK:
+        u = t * tl.load(mask + r * sm + j, mask=ok, other=0.0)
+    kl = tl.load(cl + r * scl + j, mask=ok, other=0.0)
+    kr = tl.load(cr + r * scr + j, mask=ok, other=0.0)
+    tc = tanh(tl.load(c + idx, mask=ok, other=0.0))
+    dct = tl.zeros_like(tc)
+    do = tl.zeros_like(tc)
+    if HAS_DH:
+        g = tl.load(dh + idx, mask=ok, other=0.0)
+        do = g * tc * o * (1.0 - o)
+        dct = g * o * (1.0 - tc * tc)
+    if HAS_DC:
+        dct = dct + tl.load(dc + idx, mask=ok, other=0.0)
+    dzr = dz + r * (5 * H) + j
+    tl.store(dzr, dct * u * i * (1.0 - i), mask=ok)
+    tl.store(dzr + H, dct * kl * fl * (1.0 - fl), mask=ok)
+    tl.store(dzr + 2 * H, dct * kr * fr * (1.0 - fr), mask=ok)
+    tl.store(dzr + 3 * H, do, mask=ok)
+    du = dct * i * (1.0 - t * t)
+    if HAS_MASK:
+        du = du * tl.load(mask + r * sm + j, mask=ok, other=0.0)
+    tl.store(dzr + 4 * H, du, mask=ok)
+    tl.store(dcl + idx, dct * fl, mask=ok)
+    tl.store(dcr + idx, dct * fr, mask=ok)

@@ -1,0 +1,101 @@
+"""The binary Tree-LSTM update as Triton kernels (``foldexp/kernels/treelstm_triton.py``), the
+route a float32 CUDA run takes: the same values and gradients as autograd through
+``binary_state_ops`` (masks, one output's gradient missing, strided rows, sizes that are no
+multiple of the kernels' block), checked on the CPU in Triton's interpreter where Triton is
+installed and on CUDA by the gpu tests; and when the route is taken."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from foldexp.kernels import treelstm_triton
+from foldexp.kernels.treelstm import binary_state_ops
+from foldexp.kernels.treelstm_few import binary_state_few
+
+ROOT = Path(__file__).resolve().parents[3]
+needs_triton = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None, reason="Triton is not installed"
+)
+# (rows, hidden, masked, rows strided, which outputs take a gradient)
+CASES = [
+    (7, 5, False, False, "both"),
+    (33, 17, True, True, "h"),
+    (300, 8, False, True, "c"),
+    (1, 1, True, False, "both"),
+    (129, 64, True, True, "both"),
+]
+
+
+def largest_difference(device: str) -> float:
+    """Runs every case through ``binary_state_few`` (the Triton route on ``device``) and
+    ``binary_state_ops`` (autograd); the largest absolute difference of any value or gradient."""
+    assert treelstm_triton.triton_route(torch.empty(1, device=device))
+    g = torch.Generator(device).manual_seed(0)
+    worst = 0.0
+    for n, hidden, masked, strided, which in CASES:
+        wide = torch.randn(n, 5 * hidden + 3, generator=g, device=device)
+        z = (wide[:, 1 : 5 * hidden + 1] if strided else wide[:, : 5 * hidden].clone()) * 3
+        z = z.detach().requires_grad_()
+        cl, cr = (torch.randn(n, hidden, generator=g, device=device) for _ in "lr")
+        cl.requires_grad_(), cr.requires_grad_()
+        mask = (torch.rand(n, hidden, generator=g, device=device) > 0.3).float() if masked else None
+        dh, dc = (torch.randn(n, hidden, generator=g, device=device) for _ in "hc")
+        results = []
+        for fn in (binary_state_few, binary_state_ops):
+            h, c = fn(z, cl, cr, mask)
+            outs = {"both": [(h, dh), (c, dc)], "h": [(h, dh)], "c": [(c, dc)]}[which]
+            grads = torch.autograd.grad([o for o, _ in outs], (z, cl, cr), [d for _, d in outs])
+            results.append((h, c, *grads))
+        for a, b in zip(*results):
+            worst = max(worst, (a - b).abs().max().item())
+    with torch.no_grad():  # the forward alone, without an autograd node
+        z = torch.randn(10, 20, generator=g, device=device)
+        cl, cr = (torch.randn(10, 4, generator=g, device=device) for _ in "lr")
+        h, c = binary_state_few(z, cl, cr)
+        h2, c2 = binary_state_ops(z, cl, cr, None)
+        worst = max(worst, (h - h2).abs().max().item(), (c - c2).abs().max().item())
+    return worst
+
+
+@needs_triton
+def test_the_kernels_equal_autograd_in_tritons_interpreter() -> None:
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+        "from test_triton_cell import largest_difference; print(largest_difference('cpu'))"
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert float(proc.stdout.split()[-1]) < 2e-6  # tanh as 2 sigmoid(2x) - 1: ~2e-7 off
+
+
+@pytest.mark.gpu
+def test_the_kernels_equal_autograd_on_cuda() -> None:
+    assert largest_difference("cuda") < 2e-6
+
+
+def test_the_route_is_float32_on_cuda_with_the_switch_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(treelstm_triton, "_triton_present", lambda: True)
+    route = treelstm_triton.triton_route
+    assert not route(torch.empty(2, 10))  # the CPU keeps torch's ops (or the C++ cell)
+    assert not route(torch.empty(2, 10, dtype=torch.float64, device="meta"))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert route(torch.empty(2, 10)) and not route(torch.empty(2, 10, dtype=torch.float64))
+    treelstm_triton.set_triton_cells_enabled(False)
+    try:
+        assert not route(torch.empty(2, 10)) and not treelstm_triton.triton_cells_enabled()
+    finally:
+        treelstm_triton.set_triton_cells_enabled(True)
+    monkeypatch.setattr(treelstm_triton, "_triton_present", lambda: False)
+    assert not route(torch.empty(2, 10))
