@@ -41,6 +41,7 @@ from foldexp.train.checkpoint_checks import (
     check_state_fits,
     check_tensors,
 )
+from foldexp.train.optim import load_optimizer_state
 from foldexp.train.resume_config import refuse_changes
 
 __all__ = [
@@ -219,7 +220,7 @@ def load_payload(
     check_state_fits(path, payload, model, optimizer, states)
     model.load_state_dict(payload["model"])
     if optimizer is not None:
-        optimizer.load_state_dict(payload["optimizer"])
+        load_optimizer_state(optimizer, payload["optimizer"])
     for name, obj in (states or {}).items():
         if name not in payload:
             raise ValueError(

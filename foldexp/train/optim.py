@@ -30,6 +30,7 @@ __all__ = [
     "OptimizerSet",
     "build_optimizer",
     "fused_kernel_available",
+    "load_optimizer_state",
     "param_groups",
 ]
 
@@ -72,7 +73,34 @@ class OptimizerSet:
                 "written with another model.embedding_optimizer?"
             )
         for opt, s in zip(self.optimizers, saved):
-            opt.load_state_dict(s)
+            _load_keeping_routes(opt, s)
+
+
+# How torch runs a step (one fused kernel, or one kernel per op over many tensors), not what it
+# computes: chosen for this run's device when the optimizer is built, never read from a
+# checkpoint, whose device may have had other kernels.
+_ROUTE_KEYS = ("fused", "foreach")
+
+
+def load_optimizer_state(optimizer: Any, state: dict[str, Any]) -> None:
+    """``optimizer.load_state_dict(state)``, but each group keeps the route its optimizer was
+    built with here (``fused``, ``foreach``): torch copies a saved group's options over the
+    live ones, so an Adagrad checkpoint written on the CPU (fused) made the resumed CUDA run
+    step with ``fused=True``, which torch 2.11's Adagrad refuses on CUDA."""
+    if isinstance(optimizer, OptimizerSet):
+        optimizer.load_state_dict(state)
+    else:
+        _load_keeping_routes(optimizer, state)
+
+
+def _load_keeping_routes(opt: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    groups = state.get("param_groups")
+    if isinstance(groups, list) and len(groups) == len(opt.param_groups):
+        live = [{k: g[k] for k in _ROUTE_KEYS if k in g} for g in opt.param_groups]
+        groups = [{**saved, **ours} if isinstance(saved, dict) else saved
+                  for saved, ours in zip(groups, live)]  # fmt: skip
+        state = {**state, "param_groups": groups}
+    opt.load_state_dict(state)
 
 
 def fused_kernel_available(

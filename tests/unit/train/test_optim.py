@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -199,3 +200,28 @@ def test_the_fused_choice_is_asked_per_device_and_optimizer(monkeypatch) -> None
     adam = build_optimizer(partial(torch.optim.Adam, lr=0.1), [{"params": [w]}])
     adagrad = build_optimizer(partial(torch.optim.Adagrad, lr=0.1), [{"params": [w]}])
     assert not adam.param_groups[0]["fused"] and adagrad.param_groups[0]["fused"]
+
+
+@pytest.mark.parametrize("as_set", [False, True], ids=["optimizer", "optimizer set"])
+def test_a_resumed_optimizer_keeps_the_route_built_for_its_device(as_set: bool) -> None:
+    """A checkpoint's groups carry the route of the device that wrote them (``fused=True``:
+    Adagrad on the CPU); loaded where that kernel does not exist (torch 2.11's CUDA Adagrad,
+    here an optimizer built unfused), the live route stays: torch would copy the saved one."""
+    from foldexp.train.optim import load_optimizer_state
+
+    def make(fused: bool) -> Any:
+        torch.manual_seed(0)
+        w = torch.nn.Parameter(torch.randn(4, 3))
+        w.grad = torch.randn(4, 3)
+        opt = torch.optim.Adagrad([w], lr=0.1, fused=fused)
+        opt.step()
+        return OptimizerSet([opt]) if as_set else opt
+
+    written = make(fused=True).state_dict()
+    resumed = make(fused=False)
+    load_optimizer_state(resumed, written)
+    assert resumed.param_groups[0]["fused"] is False
+    assert resumed.param_groups[0]["lr"] == 0.1  # what the step computes still comes back
+    saved = written["optimizers"][0] if as_set else written
+    state = (resumed.optimizers[0] if as_set else resumed).state_dict()["state"][0]
+    assert torch.equal(state["sum"], saved["state"][0]["sum"])
