@@ -114,7 +114,7 @@ def test_predict_and_eval_read_a_cuda_run(tmp_path: Path) -> None:
     )
     rows = run_predict(out, str(data), tmp_path / "out.csv")
     assert len(rows) == len(smiles) and (tmp_path / "out.csv").exists()
-    scored = run_eval(out, split="test")
+    scored = run_eval(out, split="test", run_paths=True)  # a run of our own: its files are read
     assert math.isclose(scored["test_rmse"], results["test_rmse"], rel_tol=1e-4), (
         scored,
         results,
