@@ -18,6 +18,7 @@ runs the same kernels on the CPU (``tests/unit/kernels/test_triton_cell.py``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -73,6 +74,13 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(1) == 1 else t.contiguous()
 
 
+def _on(t: torch.Tensor) -> Any:
+    """``t``'s GPU as the current one while a kernel launches: Triton launches on the current
+    device (and its current stream), not the tensors', so a model on ``cuda:1`` with
+    ``cuda:0`` current would hand device 1's memory to a kernel on device 0."""
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
 def _grid(n_el: int) -> tuple[int]:
     return ((n_el + _BLOCK - 1) // _BLOCK,)
 
@@ -88,10 +96,11 @@ def binary_forward(
     h, c = cl.new_empty((n, hidden)), cl.new_empty((n, hidden))
     n_el = n * hidden
     if n_el:
-        forward[_grid(n_el)](
-            z, cl, cr, m, h, c, n_el, hidden, z.stride(0), cl.stride(0), cr.stride(0),
-            m.stride(0), HAS_MASK=mask is not None, BLOCK=_BLOCK,
-        )  # fmt: skip
+        with _on(z):
+            forward[_grid(n_el)](
+                z, cl, cr, m, h, c, n_el, hidden, z.stride(0), cl.stride(0), cr.stride(0),
+                m.stride(0), HAS_MASK=mask is not None, BLOCK=_BLOCK,
+            )  # fmt: skip
     return h, c
 
 
@@ -116,9 +125,10 @@ def binary_backward(
     gc = dc.contiguous() if dc is not None else c
     n_el = n * hidden
     if n_el:
-        backward[_grid(n_el)](
-            z, cl, cr, m, c, gh, gc, dz, dcl, dcr, n_el, hidden, z.stride(0), cl.stride(0),
-            cr.stride(0), m.stride(0), HAS_MASK=mask is not None, HAS_DH=dh is not None,
-            HAS_DC=dc is not None, BLOCK=_BLOCK,
-        )  # fmt: skip
+        with _on(z):
+            backward[_grid(n_el)](
+                z, cl, cr, m, c, gh, gc, dz, dcl, dcr, n_el, hidden, z.stride(0), cl.stride(0),
+                cr.stride(0), m.stride(0), HAS_MASK=mask is not None, HAS_DH=dh is not None,
+                HAS_DC=dc is not None, BLOCK=_BLOCK,
+            )  # fmt: skip
     return dz, dcl, dcr

@@ -99,3 +99,47 @@ def test_the_route_is_float32_on_cuda_with_the_switch_on(monkeypatch: pytest.Mon
         treelstm_triton.set_triton_cells_enabled(True)
     monkeypatch.setattr(treelstm_triton, "_triton_present", lambda: False)
     assert not route(torch.empty(2, 10))
+
+
+class _OnCuda1(torch.Tensor):
+    """A CPU tensor that says it lives on ``cuda:1`` (which device the launches take)."""
+
+    is_cuda = property(lambda self: True)
+    device = property(lambda self: torch.device("cuda", 1))
+
+
+def test_kernels_launch_on_the_tensors_gpu_not_the_current_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Triton launches on the current device; a model on cuda:1 must make cuda:1 current.
+    current: list[object] = ["cuda:0"]
+    launched_on: list[object] = []
+
+    class Guard:
+        def __init__(self, device: torch.device) -> None:
+            self.device, self.before = device, None
+
+        def __enter__(self) -> None:
+            self.before, current[0] = current[0], self.device
+
+        def __exit__(self, *_: object) -> None:
+            current[0] = self.before
+
+    class Launcher:
+        def __getitem__(self, grid: object) -> object:
+            return lambda *args, **kwargs: launched_on.append(current[0])
+
+    monkeypatch.setattr(torch.cuda, "device", Guard)
+    monkeypatch.setattr(treelstm_triton, "_kernels", lambda: (Launcher(), Launcher()))
+    z = torch.zeros(3, 10).as_subclass(_OnCuda1)
+    cl = torch.zeros(3, 2)
+    h, c = treelstm_triton.binary_forward(z, cl, cl, None)
+    treelstm_triton.binary_backward(z, cl, cl, None, c, h, None)
+    assert launched_on == [torch.device("cuda", 1)] * 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_the_kernels_equal_autograd_on_a_second_gpu() -> None:
+    with torch.cuda.device(0):
+        assert largest_difference("cuda:1") < 2e-6
