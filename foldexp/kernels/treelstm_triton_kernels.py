@@ -10,6 +10,17 @@ def tanh(x):
     return 2.0 * tl.sigmoid(2.0 * x) - 1.0
 
 
+@triton.jit
+def gates(z, r, j, H, sz, ok):
+    """Rows ``r``, columns ``j`` of the update's gates: sigmoid of i, f_l, f_r, o; tanh of u."""
+    zr = z + r * sz + j
+    i = tl.sigmoid(tl.load(zr, mask=ok, other=0.0))
+    fl = tl.sigmoid(tl.load(zr + H, mask=ok, other=0.0))
+    fr = tl.sigmoid(tl.load(zr + 2 * H, mask=ok, other=0.0))
+    o = tl.sigmoid(tl.load(zr + 3 * H, mask=ok, other=0.0))
+    return i, fl, fr, o, tanh(tl.load(zr + 4 * H, mask=ok, other=0.0))
+
+
 # n_el changes with every depth: one compiled kernel for all its values
 @triton.jit(do_not_specialize=["n_el"])
 def forward(z, cl, cr, mask, h, c, n_el, H, sz, scl, scr, sm, HAS_MASK: tl.constexpr,
@@ -18,12 +29,7 @@ def forward(z, cl, cr, mask, h, c, n_el, H, sz, scl, scr, sm, HAS_MASK: tl.const
     ok = idx < n_el
     r = idx // H
     j = idx - r * H
-    zr = z + r * sz + j
-    i = tl.sigmoid(tl.load(zr, mask=ok, other=0.0))
-    fl = tl.sigmoid(tl.load(zr + H, mask=ok, other=0.0))
-    fr = tl.sigmoid(tl.load(zr + 2 * H, mask=ok, other=0.0))
-    o = tl.sigmoid(tl.load(zr + 3 * H, mask=ok, other=0.0))
-    u = tanh(tl.load(zr + 4 * H, mask=ok, other=0.0))
+    i, fl, fr, o, u = gates(z, r, j, H, sz, ok)
     if HAS_MASK:
         u = u * tl.load(mask + r * sm + j, mask=ok, other=0.0)
     kl = tl.load(cl + r * scl + j, mask=ok, other=0.0)
@@ -41,12 +47,7 @@ def backward(z, cl, cr, mask, c, dh, dc, dz, dcl, dcr, n_el, H, sz, scl, scr, sm
     ok = idx < n_el
     r = idx // H
     j = idx - r * H
-    zr = z + r * sz + j
-    i = tl.sigmoid(tl.load(zr, mask=ok, other=0.0))
-    fl = tl.sigmoid(tl.load(zr + H, mask=ok, other=0.0))
-    fr = tl.sigmoid(tl.load(zr + 2 * H, mask=ok, other=0.0))
-    o = tl.sigmoid(tl.load(zr + 3 * H, mask=ok, other=0.0))
-    t = tanh(tl.load(zr + 4 * H, mask=ok, other=0.0))
+    i, fl, fr, o, t = gates(z, r, j, H, sz, ok)
     u = t
     if HAS_MASK:
         u = t * tl.load(mask + r * sm + j, mask=ok, other=0.0)
