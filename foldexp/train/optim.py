@@ -17,16 +17,16 @@ fused and 0.1666 unfused. ``optimizer.fused=false`` restores torch's per-op step
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import torch
 
 __all__ = [
     "GROUP_OPTIMIZERS",
+    "ROUTE_KEYS",
     "OptimizerSet",
     "build_optimizer",
     "fused_kernel_available",
@@ -79,7 +79,7 @@ class OptimizerSet:
 # How torch runs a step (one fused kernel, or one kernel per op over many tensors), not what it
 # computes: chosen for this run's device when the optimizer is built, never read from a
 # checkpoint, whose device may have had other kernels.
-_ROUTE_KEYS = ("fused", "foreach")
+ROUTE_KEYS = ("fused", "foreach")
 
 
 def load_optimizer_state(optimizer: Any, state: dict[str, Any]) -> None:
@@ -96,7 +96,7 @@ def load_optimizer_state(optimizer: Any, state: dict[str, Any]) -> None:
 def _load_keeping_routes(opt: torch.optim.Optimizer, state: dict[str, Any]) -> None:
     groups = state.get("param_groups")
     if isinstance(groups, list) and len(groups) == len(opt.param_groups):
-        live = [{k: g[k] for k in _ROUTE_KEYS if k in g} for g in opt.param_groups]
+        live = [{k: g[k] for k in ROUTE_KEYS if k in g} for g in opt.param_groups]
         groups = [{**saved, **ours} if isinstance(saved, dict) else saved
                   for saved, ours in zip(groups, live)]  # fmt: skip
         state = {**state, "param_groups": groups}
@@ -131,7 +131,7 @@ def fused_kernel_available(
     return _fused_step_runs(cls, device, dtype)
 
 
-@functools.cache
+@cache
 def _fused_step_runs(cls: type, device: torch.device, dtype: torch.dtype) -> bool:
     """One fused step of ``cls`` on a zero parameter with a zero gradient: whether torch takes
     it (a step of zeros changes nothing it is not thrown away with)."""

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from foldexp.train.checkpoint_checks import _is_int, _is_number, _refuse
+from foldexp.train.optim import ROUTE_KEYS
 
 __all__ = ["check_optimizer"]
 
@@ -52,7 +53,7 @@ def _setting_fault(saved: Any, mine: Any) -> str | None:
 
 # A run's own choice of kernels may differ from the saved one (a sparse table's step is not
 # fused); either gives the same update, so only its kind is checked.
-_ROUTES = frozenset({"fused", "foreach"})
+_ROUTES = frozenset(ROUTE_KEYS)
 
 
 def _check_group(
