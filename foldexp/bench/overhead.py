@@ -12,6 +12,9 @@ tensor on another device: run the step with the model on ``meta`` to count them 
 ``peers_step`` builds the peers' workload (``bench=peers``: random binary trees, the
 Tree-LSTM of ``peer_torch``) as one step of the engine (traces cached) or of the hand-written
 level-by-level batching, on the route a CUDA run takes (foldexp's CPU-only kernels off).
+
+On a CPU, ``stand_in.triton_stand_in`` completes that route: the Triton kernels' launches are
+computed by torch ops hidden from ``count_ops``, each counted as one op.
 """
 
 from __future__ import annotations
@@ -27,7 +30,14 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["KernelCount", "OpCount", "count_kernels", "count_ops", "cuda_route", "peers_step"]
+__all__ = [
+    "KernelCount",
+    "OpCount",
+    "count_kernels",
+    "count_ops",
+    "cuda_route",
+    "peers_step",
+]
 
 _COPIES = {"aten._to_copy.default", "aten.copy_.default"}
 _SYNC = "aten._local_scalar_dense.default"
@@ -82,11 +92,19 @@ class _Counting(TorchDispatchMode):
         return out
 
 
+# The counts in progress: ``stand_in``'s launches add themselves to the innermost.
+counting: list[OpCount] = []
+
+
 def count_ops(fn: Callable[[], Any]) -> OpCount:
     """Runs ``fn()`` once and counts the aten ops it dispatched (see the module doc)."""
     count = OpCount()
-    with _Counting(count):
-        fn()
+    counting.append(count)
+    try:
+        with _Counting(count):
+            fn()
+    finally:
+        counting.pop()
     return count
 
 
@@ -131,23 +149,27 @@ def count_kernels(fn: Callable[[], Any]) -> KernelCount:
 
 @contextmanager
 def cuda_route() -> Iterator[None]:
-    """foldexp's CPU-only routes off (the fused C++ cells and oneDNN's linears), as on CUDA;
-    restored after."""
+    """foldexp's CPU-only routes off (the fused C++ cells and oneDNN's linears) and weight
+    gradients multiplied as on a GPU (``deferred.FLUSH_ROWS_GPU``), as on CUDA; restored
+    after."""
     from foldexp.kernels import (
+        deferred,
         fused_cells_enabled,
         onednn_enabled,
         set_fused_cells_enabled,
         set_onednn_enabled,
     )
 
-    old = fused_cells_enabled(), onednn_enabled()
+    old = fused_cells_enabled(), onednn_enabled(), deferred.FLUSH_ROWS
     set_fused_cells_enabled(False)
     set_onednn_enabled(False)
+    deferred.FLUSH_ROWS = deferred.FLUSH_ROWS_GPU
     try:
         yield
     finally:
         set_fused_cells_enabled(old[0])
         set_onednn_enabled(old[1])
+        deferred.FLUSH_ROWS = old[2]
 
 
 def peers_step(
@@ -160,7 +182,7 @@ def peers_step(
 ) -> Callable[[], Any]:
     """One training step (forward, loss, backward) of the peers' workload by ``engine``
     (traces cached; the loss left unread on the device) or ``level`` (as ``bench=peers`` runs
-    it, reading the loss); the model on ``device``."""
+    it, reading the loss); the model on ``device``, as the step's ``module``."""
     from foldexp import Compiler
     from foldexp.bench import peer_torch
     from foldexp.bench.trees import make_trees
@@ -183,6 +205,7 @@ def peers_step(
             loss.backward()
             return loss
 
+        engine.module = m  # type: ignore[attr-defined]
         return engine
     if name == "level":
         step, _ = peer_torch.IMPLS["level"](m, batch, labels)
@@ -191,5 +214,6 @@ def peers_step(
             m.zero_grad(set_to_none=True)
             return step()["loss"]
 
+        level.module = m  # type: ignore[attr-defined]
         return level
     raise ValueError(f"peers_step: {name!r}; expected engine or level")

@@ -22,6 +22,7 @@ from foldexp.compiler.agenda import agenda_levels
 from foldexp.compiler.input_checks import InvalidInput, check_ids, check_range, scalar_array
 from foldexp.compiler.merge import distinct_rows, distinct_scalars
 from foldexp.compiler.native_trace import int64_array
+from foldexp.compiler.sinks import depths_with_sinks_last
 from foldexp.compiler.trace import Trace
 
 if TYPE_CHECKING:
@@ -290,11 +291,12 @@ def _bucket_by_depth(
     max_depth = 0
     by_depth: dict[int, list[_Bucket]] = {}
     out_tids: list[list[int]] = []
+    depths = steps if steps is not None else depths_with_sinks_last(trace)
     for i, op in enumerate(trace.ops):
         out_tids.append([trace.type_id(t) for t in op.out_types])
         if len(trace.op_depth[i]) == 0:
             continue
-        depth = steps[i] if steps is not None else int64_array(trace.op_depth[i])
+        depth = depths[i]
         if steps is None:
             max_depth = max(max_depth, int(depth.max()))
         first = int64_array(trace.op_first[i])

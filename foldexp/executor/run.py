@@ -29,6 +29,9 @@ kernel (``kernels/pointwise_graph.py``), so a user's cell gets what foldexp's fu
 Kept plans. A plan run again without gradients (a repeated request, served from the compiler's
 plan cache) reuses its buffers and gathers into rows it keeps (``replay.py``).
 
+Scratch memory. Each pass of a differentiable sweep opens an arena (``kernels/arena.py``): the
+Triton route's per-group results come out of a few large blocks, not an allocation each.
+
 This avoids the trap of gathering each depth from a growing concatenation of all earlier outputs,
 where autograd materialises a full-size gradient per depth (O(nodes × depth) memory traffic).
 """
@@ -53,7 +56,8 @@ from foldexp.executor.calls import (
 )
 from foldexp.executor.replay import run_kept
 from foldexp.kernels import WeightGradients, collecting_weight_gradients
-from foldexp.kernels.scatter import NATIVE_ELEMENTS, index_add_parts
+from foldexp.kernels.arena import scratch_arena
+from foldexp.kernels.scatter import index_add_parts, parts_apart
 
 __all__ = ["execute"]
 
@@ -87,11 +91,11 @@ def _arguments(
     float arguments are fresh autograd leaves, appended to ``leaves`` gather by gather; ``spans``
     gets each gather's count of them.
 
-    A large gather's arguments are each their own leaf: the gathered block's backward would
-    concatenate their gradients only to scatter them again (peers step: 2.2 ms), and
-    ``index_add_parts`` adds them where they lie in one pass. A small one (below
-    ``NATIVE_ELEMENTS``) is one leaf, split: there the concatenation is cheaper than a leaf
-    per argument (SST step: 0.3 ms)."""
+    A large gather's arguments (and on CUDA any gather's) are each their own leaf: the gathered
+    block's backward would concatenate their gradients only to scatter them again (peers step:
+    2.2 ms), and ``index_add_parts`` adds them where they lie in one pass. A small one on the
+    CPU is one leaf, split: there the concatenation is cheaper than a leaf per argument (SST
+    step: 0.3 ms). ``scatter.parts_apart`` decides."""
     args: list[Any] = [None] * len(op.in_types)
     for ga in group.gathers:
         x = read(bufs[ga.tid], ga.rows)
@@ -101,7 +105,7 @@ def _arguments(
             # would then fail autograd's check on this saved input (even integer ids an
             # embedding saves), so the graph gets its own copy.
             x = x.clone()
-        separate = grad and len(ga.positions) > 1 and x.numel() >= NATIVE_ELEMENTS
+        separate = grad and len(ga.positions) > 1 and parts_apart(x)
         if grad and not separate:
             leaves.append(x.requires_grad_())  # type: ignore[union-attr]
         if spans is not None:
@@ -150,7 +154,7 @@ class _Sweep:
         bufs = self.bufs = allocate(plan, self.device)
         self.records: list[Any] = []
         deferring = collecting_weight_gradients(self.weight_grads)
-        with torch.enable_grad(), dense_route(self.device), deferring:
+        with torch.enable_grad(), dense_route(self.device), deferring, scratch_arena("forward"):
             for g in plan.groups:
                 leaves: list[torch.Tensor] = []
                 spans: list[int] = []
@@ -180,7 +184,8 @@ class _Sweep:
         # backward, and none under create_graph (those gradients must stay differentiable).
         self.weight_grads.accepting = not torch.is_grad_enabled()
         try:
-            with dense_route(self.device), collecting_weight_gradients(self.weight_grads):
+            collecting = collecting_weight_gradients(self.weight_grads)
+            with dense_route(self.device), collecting, scratch_arena("backward"):
                 self._backward_groups(gbuf, param_grads, owned)
         finally:
             self.weight_grads.accepting = False

@@ -35,11 +35,17 @@ __all__ = [
     "active_collector",
     "accumulate_product",
     "FLUSH_ROWS",
+    "FLUSH_ROWS_GPU",
 ]
 
 # Rows gathered before one product: ≥ 256 rows keep a (750, 300) weight gradient's product well
 # above its output's memory traffic; larger ones only hold more rows in memory.
 FLUSH_ROWS = 512
+# On a GPU the product's cost is its launches (a product, the bias's sum, their additions into
+# the running sums: 3-4 kernels and their host time each), not its memory traffic: a step's rows
+# are multiplied at once (the peers' step: 17 products become 1; 28 launches fewer), unless they
+# pass this many, which bounds the two concatenations' memory.
+FLUSH_ROWS_GPU = 1 << 16
 
 _local = threading.local()
 
@@ -83,7 +89,7 @@ class _Slot:
         self.xs.append(x)
         self.dys.append(dy)
         self.rows += x.shape[0]
-        if self.rows >= FLUSH_ROWS:
+        if self.rows >= (FLUSH_ROWS if x.device.type == "cpu" else FLUSH_ROWS_GPU):
             self.flush()
 
     def flush(self) -> None:

@@ -23,8 +23,8 @@ backward, and ``z`` for a backward under ``create_graph`` (a second derivative),
 Values agree with ``binary_state_ops`` to rounding (the sum of the three memory terms is one
 reduction instead of two additions); batched == eager holds exactly, both taking this route.
 
-On CUDA (float32, Triton present) the binary update's forward and backward are one Triton
-kernel each (``treelstm_triton``) inside the same ``torch.autograd.Function``.
+On CUDA (float32, Triton present) each update's forward and backward (binary and leaf) are one
+Triton kernel each (``treelstm_triton``) inside the same ``torch.autograd.Function``s.
 
 ``leaf_state_few`` does the same for ``leaf_state`` (a leaf's i, o, u gates; with ``carry`` a
 child-sum node, ``c = i ⊙ u + carry``): 5 ops forward (6 on the CPU) and 9 backward instead of
@@ -38,7 +38,13 @@ from typing import Any
 
 import torch
 
-from foldexp.kernels.treelstm_triton import binary_backward, binary_forward, triton_route
+from foldexp.kernels.treelstm_triton import (
+    binary_backward,
+    binary_forward,
+    leaf_backward,
+    leaf_forward,
+    triton_route,
+)
 
 __all__ = ["binary_state_few", "few_ops_apply", "leaf_state_few", "few_ops_apply_leaf"]
 
@@ -202,13 +208,18 @@ class _LeafStateFew(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, z: torch.Tensor, mask: Any, carry: Any) -> Any:
         ctx.set_materialize_grads(False)
+        ctx.triton = triton_route(z)
+        if ctx.triton:  # one kernel each way, as the binary update's
+            h, c = leaf_forward(z, mask, carry)
+            ctx.save_for_backward(z, mask, carry, c)
+            return h, c
         h, c, s, t, u, tc = _leaf_forward(z, mask, carry)
         ctx.save_for_backward(z, mask, carry, s, t, u, tc)
         return h, c
 
     @staticmethod
     def backward(ctx: Any, dh: torch.Tensor | None, dc: torch.Tensor | None) -> Any:
-        z, mask, carry, s, t, u, tc = ctx.saved_tensors
+        z, mask, carry, *saved = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: autograd's own, differentiable backward
             from foldexp.kernels.treelstm import _grads_through_ops, leaf_state_ops
 
@@ -220,6 +231,11 @@ class _LeafStateFew(torch.autograd.Function):
             return dz, None, dk
         if dh is None and dc is None:
             return None, None, None
+        carry_grad = carry is not None and ctx.needs_input_grad[2]
+        if ctx.triton:
+            dz, dcarry = leaf_backward(z, mask, saved[0], dh, dc, carry_grad)
+            return dz, None, dcarry
+        s, t, u, tc = saved
         n, hidden = tc.shape
         dz = z.new_empty((n, 3, hidden))
         dct = _through_output_gate(dh, dc, tc, s[:, 1], dz[:, 1])
@@ -230,7 +246,7 @@ class _LeafStateFew(torch.autograd.Function):
         if mask is not None:
             du.mul_(mask)
         _tanh_backward(du, t, grad_input=dz[:, 2])
-        dcarry = dct if carry is not None and ctx.needs_input_grad[2] else None
+        dcarry = dct if carry_grad else None
         return dz.view(n, 3 * hidden), None, dcarry
 
 
@@ -242,5 +258,7 @@ def leaf_state_few(
     graph = z.requires_grad or (carry is not None and carry.requires_grad)
     if torch.is_grad_enabled() and graph:
         return _LeafStateFew.apply(z, mask, carry)
+    if triton_route(z):
+        return leaf_forward(z, mask, carry)
     h, c = _leaf_forward(z, mask, carry)[:2]
     return h, c

@@ -26,9 +26,14 @@ from typing import Any
 
 import torch
 
+from foldexp.kernels.arena import scratch_empty
+
 __all__ = [
     "binary_backward",
     "binary_forward",
+    "launching_on",
+    "leaf_backward",
+    "leaf_forward",
     "set_triton_cells_enabled",
     "triton_cells_enabled",
     "triton_route",
@@ -62,11 +67,11 @@ def triton_route(z: torch.Tensor) -> bool:
 
 
 @functools.cache
-def _kernels() -> tuple[Any, Any]:
+def _kernels() -> Any:
     # Imported on first use: importing Triton costs time, and a CPU machine may not have it.
-    from foldexp.kernels import treelstm_triton_kernels as k
+    from foldexp.kernels import triton_kernels
 
-    return k.forward, k.backward
+    return triton_kernels
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
@@ -74,29 +79,35 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(1) == 1 else t.contiguous()
 
 
-def _on(t: torch.Tensor) -> Any:
+def launching_on(t: torch.Tensor) -> Any:
     """``t``'s GPU as the current one while a kernel launches: Triton launches on the current
     device (and its current stream), not the tensors', so a model on ``cuda:1`` with
     ``cuda:0`` current would hand device 1's memory to a kernel on device 0."""
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
+def _blocks(n_el: int) -> int:
+    return (n_el + _BLOCK - 1) // _BLOCK
+
+
 def _grid(n_el: int) -> tuple[int]:
-    return ((n_el + _BLOCK - 1) // _BLOCK,)
+    return (_blocks(n_el),)
 
 
 def binary_forward(
     z: torch.Tensor, cl: torch.Tensor, cr: torch.Tensor, mask: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(h, c)``, new contiguous ``(n, H)`` tensors; the inputs as ``few_ops_apply`` takes."""
-    forward, _ = _kernels()
+    """``(h, c)``, contiguous ``(n, H)`` halves of one new block (``arena.scratch_empty``: one
+    allocation, or none where the executor opened an arena); the inputs as ``few_ops_apply``
+    takes."""
+    forward = _kernels().forward
     n, hidden = cl.shape
     cl, cr = _rows(cl), _rows(cr)
     m = _rows(mask) if mask is not None else cl  # a placeholder the kernel never reads
-    h, c = cl.new_empty((n, hidden)), cl.new_empty((n, hidden))
+    h, c = scratch_empty(2 * n * hidden, cl).view(2, n, hidden).unbind(0)
     n_el = n * hidden
     if n_el:
-        with _on(z):
+        with launching_on(z):
             forward[_grid(n_el)](
                 z, cl, cr, m, h, c, n_el, hidden, z.stride(0), cl.stride(0), cr.stride(0),
                 m.stride(0), HAS_MASK=mask is not None, BLOCK=_BLOCK,
@@ -114,21 +125,84 @@ def binary_backward(
     dc: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dz, dc_l, dc_r)`` from the forward's inputs, its ``c`` and the output gradients (at
-    least one given)."""
-    _, backward = _kernels()
+    least one given); contiguous parts of one new block, as ``binary_forward``'s."""
+    backward = _kernels().backward
     n, hidden = cl.shape
     cl, cr = _rows(cl), _rows(cr)
     m = _rows(mask) if mask is not None else cl
-    dz = z.new_empty((n, 5 * hidden))
-    dcl, dcr = cl.new_empty((n, hidden)), cl.new_empty((n, hidden))
+    widths = (5 * hidden, hidden, hidden)
+    parts = scratch_empty(7 * n * hidden, z).split_with_sizes([n * w for w in widths])
+    dz, dcl, dcr = (part.view(n, w) for part, w in zip(parts, widths))
     gh = dh.contiguous() if dh is not None else c  # placeholders are never read
     gc = dc.contiguous() if dc is not None else c
     n_el = n * hidden
     if n_el:
-        with _on(z):
+        with launching_on(z):
             backward[_grid(n_el)](
                 z, cl, cr, m, c, gh, gc, dz, dcl, dcr, n_el, hidden, z.stride(0), cl.stride(0),
                 cr.stride(0), m.stride(0), HAS_MASK=mask is not None, HAS_DH=dh is not None,
                 HAS_DC=dc is not None, BLOCK=_BLOCK,
             )  # fmt: skip
     return dz, dcl, dcr
+
+
+def leaf_forward(
+    z: torch.Tensor, mask: torch.Tensor | None, carry: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A leaf's (with ``carry``, a child-sum node's) ``(h, c)``, as ``binary_forward``'s; the
+    inputs as ``few_ops_apply_leaf`` takes."""
+    n, hidden = z.shape[0], z.shape[1] // 3
+    m = _rows(mask) if mask is not None else z  # placeholders the kernel never reads
+    k = _rows(carry) if carry is not None else z
+    h, c = scratch_empty(2 * n * hidden, z).view(2, n, hidden).unbind(0)
+    n_el = n * hidden
+    if n_el:
+        with launching_on(z):
+            _kernels().leaf_forward[_grid(n_el)](
+                z, m, k, h, c, n_el, hidden, z.stride(0), m.stride(0), k.stride(0),
+                HAS_MASK=mask is not None, HAS_CARRY=carry is not None, BLOCK=_BLOCK,
+            )  # fmt: skip
+    return h, c
+
+
+def leaf_backward(
+    z: torch.Tensor,
+    mask: torch.Tensor | None,
+    c: torch.Tensor,
+    dh: torch.Tensor | None,
+    dc: torch.Tensor | None,
+    carry_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(dz, dcarry)`` (``dcarry`` only with ``carry_grad``) from the forward's inputs, its
+    ``c`` and the output gradients (at least one given); one allocation."""
+    n, hidden = z.shape[0], z.shape[1] // 3
+    m = _rows(mask) if mask is not None else z
+    widths = (3 * hidden, hidden) if carry_grad else (3 * hidden,)
+    parts = scratch_empty(n * sum(widths), z).split_with_sizes([n * w for w in widths])
+    dz, *dk = (part.view(n, w) for part, w in zip(parts, widths))
+    gh = dh.contiguous() if dh is not None else c  # placeholders are never read
+    gc = dc.contiguous() if dc is not None else c
+    n_el = n * hidden
+    if n_el:
+        with launching_on(z):
+            _kernels().leaf_backward[_grid(n_el)](
+                z, m, c, gh, gc, dz, dk[0] if dk else c, n_el, hidden, z.stride(0), m.stride(0),
+                HAS_MASK=mask is not None, HAS_DH=dh is not None, HAS_DC=dc is not None,
+                HAS_DK=carry_grad, BLOCK=_BLOCK,
+            )  # fmt: skip
+    return dz, dk[0] if dk else None
+
+
+def scatter_add_parts(dst: torch.Tensor, index: torch.Tensor, parts: list[torch.Tensor]) -> None:
+    """``dst.index_add_(0, index, torch.cat(parts))`` in one launch, each part read where it
+    lies: 2 to 4 parts of ``(n, cols)`` with adjacent columns, ``dst`` contiguous
+    ``(rows, cols)``, float32, on one GPU; ``index`` int64 of ``len(parts) * n`` rows, in range
+    (the executor's gathers). Float additions in whatever order the GPU's atomics land, as
+    torch's own ``index_add_`` on CUDA."""
+    n, cols = parts[0].shape
+    pointers = [*parts, *[parts[0]] * (4 - len(parts))]  # placeholders no program reads
+    if n * cols:
+        with launching_on(dst):
+            _kernels().scatter_add_parts[(_blocks(n * cols), len(parts))](
+                dst, index, *pointers, *(p.stride(0) for p in pointers), n, cols, BLOCK=_BLOCK
+            )

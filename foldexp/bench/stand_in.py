@@ -1,0 +1,127 @@
+"""CUDA's Triton route, counted on a CPU: ``step_overhead``'s count of the ops a CUDA step
+dispatches, without a GPU.
+
+On CUDA the Tree-LSTM updates (binary and leaf) and the gradient scatter of a gather's arguments
+are Triton kernels (``foldexp/kernels/treelstm_triton.py``), one launch each; a CPU takes torch's
+ops for them instead, so ``count_ops`` there would count a route no CUDA run takes. Within
+``triton_stand_in()`` the wrappers run as on CUDA (their checks, their allocations, the kernels'
+arguments), and each launch is computed by torch ops that ``count_ops`` does not see, counted as
+one op named ``triton.<kernel>``. Values equal the kernels' to float rounding (the tests compare
+the two), so a step under the stand-in trains as one on CUDA would. The results are written
+through ``.data``, as a kernel writes memory: autograd's version counters do not move (the
+results are views of the executor's scratch blocks, ``kernels/arena.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from foldexp.bench.overhead import counting
+
+__all__ = ["triton_stand_in"]
+
+
+class _Launch:
+    """``kernel[grid](*args, **flags)``: ``compute(grid, *args, **flags)`` in torch ops, hidden
+    from the count in progress, then one op in it."""
+
+    def __init__(self, name: str, compute: Callable[..., None]) -> None:
+        self.name, self.compute = name, compute
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
+        def launch(*args: Any, **flags: Any) -> None:
+            with _disable_current_modes(), torch.no_grad():
+                self.compute(grid, *args, **flags)
+            if counting:
+                counting[-1].ops[f"triton.{self.name}"] += 1
+
+        return launch
+
+
+def _through_output_gate(o, c, dh, dc, has_dh: bool, has_dc: bool):  # noqa: ANN001, ANN202
+    """``(d o before its sigmoid, d c)`` through ``h = o tanh(c)``, as the kernels compute them."""
+    tc = torch.tanh(c)
+    do = dh * tc * o * (1 - o) if has_dh else torch.zeros_like(c)
+    dct = dh * o * (1 - tc * tc) if has_dh else torch.zeros_like(c)
+    return do, dct + dc if has_dc else dct
+
+
+def _binary_forward(grid, z, cl, cr, m, h, c, *sizes, HAS_MASK, **_):  # noqa: ANN001, ANN202, N803
+    from foldexp.kernels.treelstm import binary_state_ops
+
+    hv, cv = binary_state_ops(z, cl, cr, m if HAS_MASK else None)
+    h.data.copy_(hv)
+    c.data.copy_(cv)
+
+
+def _binary_backward(grid, z, cl, cr, m, c, dh, dc, dz, dcl, dcr, *sizes, HAS_MASK, HAS_DH,  # noqa: ANN001, ANN202, N803
+                     HAS_DC, **_):  # fmt: skip
+    n, hidden = cl.shape
+    i, fl, fr, o = torch.sigmoid(z[:, : 4 * hidden]).view(n, 4, hidden).unbind(1)
+    t = torch.tanh(z[:, 4 * hidden :])
+    u = t * m if HAS_MASK else t
+    do, dct = _through_output_gate(o, c, dh, dc, HAS_DH, HAS_DC)
+    du = dct * i * (1 - t * t)
+    parts = (dct * u * i * (1 - i), dct * cl * fl * (1 - fl), dct * cr * fr * (1 - fr), do)
+    dz.data.copy_(torch.cat([*parts, du * m if HAS_MASK else du], dim=1))
+    dcl.data.copy_(dct * fl)
+    dcr.data.copy_(dct * fr)
+
+
+def _leaf_forward(grid, z, m, k, h, c, *sizes, HAS_MASK, HAS_CARRY, **_):  # noqa: ANN001, ANN202, N803
+    from foldexp.kernels.treelstm import leaf_state_ops
+
+    hv, cv = leaf_state_ops(z, m if HAS_MASK else None, k if HAS_CARRY else None)
+    h.data.copy_(hv)
+    c.data.copy_(cv)
+
+
+def _leaf_backward(grid, z, m, c, dh, dc, dz, dk, *sizes, HAS_MASK, HAS_DH, HAS_DC, HAS_DK,  # noqa: ANN001, ANN202, N803
+                   **_):  # fmt: skip
+    hidden = c.shape[1]
+    i, o = torch.sigmoid(z[:, : 2 * hidden]).chunk(2, dim=1)
+    t = torch.tanh(z[:, 2 * hidden :])
+    u = t * m if HAS_MASK else t
+    do, dct = _through_output_gate(o, c, dh, dc, HAS_DH, HAS_DC)
+    du = dct * i * (1 - t * t)
+    dz.data.copy_(torch.cat([dct * u * i * (1 - i), do, du * m if HAS_MASK else du], dim=1))
+    if HAS_DK:
+        dk.data.copy_(dct)
+
+
+def _scatter(grid, dst, index, p0, p1, p2, p3, *sizes, **_):  # noqa: ANN001, ANN202
+    parts = (p0, p1, p2, p3)[: grid[1]]
+    dst.index_add_(0, index, torch.cat(parts))
+
+
+_KERNELS = SimpleNamespace(
+    forward=_Launch("forward", _binary_forward),
+    backward=_Launch("backward", _binary_backward),
+    leaf_forward=_Launch("leaf_forward", _leaf_forward),
+    leaf_backward=_Launch("leaf_backward", _leaf_backward),
+    scatter_add_parts=_Launch("scatter_add_parts", _scatter),
+)
+
+
+@contextmanager
+def triton_stand_in() -> Iterator[None]:
+    """CUDA's Triton route on any device, for float32 tensors with the switch on
+    (``set_triton_cells_enabled``); each launch one counted op (see the module doc)."""
+    from foldexp.kernels import scatter, treelstm_few, treelstm_triton
+
+    def route(t: torch.Tensor) -> bool:
+        return t.dtype == torch.float32 and treelstm_triton.triton_cells_enabled()
+
+    saved = treelstm_few.triton_route, scatter.triton_route, treelstm_triton._kernels
+    treelstm_few.triton_route = scatter.triton_route = route  # type: ignore[assignment]
+    treelstm_triton._kernels = lambda: _KERNELS  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        treelstm_few.triton_route, scatter.triton_route, treelstm_triton._kernels = saved

@@ -1,0 +1,157 @@
+"""foldexp's Triton kernels, for CUDA: the Tree-LSTM updates (binary and leaf, forward and
+backward; ``treelstm_triton``) and the gradient scatter of a gather's arguments
+(``scatter.index_add_parts``). Imported only when a CUDA call first needs them; Triton resolves a
+kernel's helpers from its module's globals."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tanh(x):
+    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+
+
+@triton.jit
+def gates(z, r, j, H, sz, ok):
+    """Rows ``r``, columns ``j`` of the update's gates: sigmoid of i, f_l, f_r, o; tanh of u."""
+    zr = z + r * sz + j
+    i = tl.sigmoid(tl.load(zr, mask=ok, other=0.0))
+    fl = tl.sigmoid(tl.load(zr + H, mask=ok, other=0.0))
+    fr = tl.sigmoid(tl.load(zr + 2 * H, mask=ok, other=0.0))
+    o = tl.sigmoid(tl.load(zr + 3 * H, mask=ok, other=0.0))
+    return i, fl, fr, o, tanh(tl.load(zr + 4 * H, mask=ok, other=0.0))
+
+
+# n_el changes with every depth: one compiled kernel for all its values
+@triton.jit(do_not_specialize=["n_el"])
+def forward(z, cl, cr, mask, h, c, n_el, H, sz, scl, scr, sm, HAS_MASK: tl.constexpr,
+            BLOCK: tl.constexpr):  # fmt: skip
+    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = idx < n_el
+    r = idx // H
+    j = idx - r * H
+    i, fl, fr, o, u = gates(z, r, j, H, sz, ok)
+    if HAS_MASK:
+        u = u * tl.load(mask + r * sm + j, mask=ok, other=0.0)
+    kl = tl.load(cl + r * scl + j, mask=ok, other=0.0)
+    kr = tl.load(cr + r * scr + j, mask=ok, other=0.0)
+    cv = i * u + fl * kl + fr * kr
+    tl.store(c + idx, cv, mask=ok)
+    tl.store(h + idx, o * tanh(cv), mask=ok)
+
+
+@triton.jit(do_not_specialize=["n_el"])
+def backward(z, cl, cr, mask, c, dh, dc, dz, dcl, dcr, n_el, H, sz, scl, scr, sm,
+             HAS_MASK: tl.constexpr, HAS_DH: tl.constexpr, HAS_DC: tl.constexpr,
+             BLOCK: tl.constexpr):  # fmt: skip
+    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = idx < n_el
+    r = idx // H
+    j = idx - r * H
+    i, fl, fr, o, t = gates(z, r, j, H, sz, ok)
+    u = t
+    if HAS_MASK:
+        u = t * tl.load(mask + r * sm + j, mask=ok, other=0.0)
+    kl = tl.load(cl + r * scl + j, mask=ok, other=0.0)
+    kr = tl.load(cr + r * scr + j, mask=ok, other=0.0)
+    tc = tanh(tl.load(c + idx, mask=ok, other=0.0))
+    dct = tl.zeros_like(tc)
+    do = tl.zeros_like(tc)
+    if HAS_DH:
+        g = tl.load(dh + idx, mask=ok, other=0.0)
+        do = g * tc * o * (1.0 - o)
+        dct = g * o * (1.0 - tc * tc)
+    if HAS_DC:
+        dct = dct + tl.load(dc + idx, mask=ok, other=0.0)
+    dzr = dz + r * (5 * H) + j
+    tl.store(dzr, dct * u * i * (1.0 - i), mask=ok)
+    tl.store(dzr + H, dct * kl * fl * (1.0 - fl), mask=ok)
+    tl.store(dzr + 2 * H, dct * kr * fr * (1.0 - fr), mask=ok)
+    tl.store(dzr + 3 * H, do, mask=ok)
+    du = dct * i * (1.0 - t * t)
+    if HAS_MASK:
+        du = du * tl.load(mask + r * sm + j, mask=ok, other=0.0)
+    tl.store(dzr + 4 * H, du, mask=ok)
+    tl.store(dcl + idx, dct * fl, mask=ok)
+    tl.store(dcr + idx, dct * fr, mask=ok)
+
+
+@triton.jit
+def leaf_gates(z, r, j, H, sz, ok):
+    """Rows ``r``, columns ``j`` of a leaf's gates: sigmoid of i and o, tanh of u."""
+    zr = z + r * sz + j
+    i = tl.sigmoid(tl.load(zr, mask=ok, other=0.0))
+    o = tl.sigmoid(tl.load(zr + H, mask=ok, other=0.0))
+    return i, o, tanh(tl.load(zr + 2 * H, mask=ok, other=0.0))
+
+
+@triton.jit(do_not_specialize=["n_el"])
+def leaf_forward(z, mask, carry, h, c, n_el, H, sz, sm, sk, HAS_MASK: tl.constexpr,
+                 HAS_CARRY: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = idx < n_el
+    r = idx // H
+    j = idx - r * H
+    i, o, u = leaf_gates(z, r, j, H, sz, ok)
+    if HAS_MASK:
+        u = u * tl.load(mask + r * sm + j, mask=ok, other=0.0)
+    cv = i * u
+    if HAS_CARRY:
+        cv = cv + tl.load(carry + r * sk + j, mask=ok, other=0.0)
+    tl.store(c + idx, cv, mask=ok)
+    tl.store(h + idx, o * tanh(cv), mask=ok)
+
+
+@triton.jit(do_not_specialize=["n_el"])
+def leaf_backward(z, mask, c, dh, dc, dz, dk, n_el, H, sz, sm, HAS_MASK: tl.constexpr,
+                  HAS_DH: tl.constexpr, HAS_DC: tl.constexpr, HAS_DK: tl.constexpr,
+                  BLOCK: tl.constexpr):  # fmt: skip
+    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = idx < n_el
+    r = idx // H
+    j = idx - r * H
+    i, o, t = leaf_gates(z, r, j, H, sz, ok)
+    u = t
+    if HAS_MASK:
+        u = t * tl.load(mask + r * sm + j, mask=ok, other=0.0)
+    tc = tanh(tl.load(c + idx, mask=ok, other=0.0))
+    dct = tl.zeros_like(tc)
+    do = tl.zeros_like(tc)
+    if HAS_DH:
+        g = tl.load(dh + idx, mask=ok, other=0.0)
+        do = g * tc * o * (1.0 - o)
+        dct = g * o * (1.0 - tc * tc)
+    if HAS_DC:
+        dct = dct + tl.load(dc + idx, mask=ok, other=0.0)
+    dzr = dz + r * (3 * H) + j
+    tl.store(dzr, dct * u * i * (1.0 - i), mask=ok)
+    tl.store(dzr + H, do, mask=ok)
+    du = dct * i * (1.0 - t * t)
+    if HAS_MASK:
+        du = du * tl.load(mask + r * sm + j, mask=ok, other=0.0)
+    tl.store(dzr + 2 * H, du, mask=ok)
+    if HAS_DK:
+        tl.store(dk + idx, dct, mask=ok)
+
+
+# Part ``k`` (program axis 1) adds its rows into ``dst`` at ``index[k*n:(k+1)*n]``; up to four
+# parts in one launch, each read where it lies (row stride ``s_k``).
+@triton.jit(do_not_specialize=["n"])
+def scatter_add_parts(dst, index, p0, p1, p2, p3, s0, s1, s2, s3, n, cols,
+                      BLOCK: tl.constexpr):  # fmt: skip
+    k = tl.program_id(1)
+    e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = e < n * cols
+    r = e // cols
+    j = e - r * cols
+    if k == 0:
+        src = p0 + r * s0 + j
+    elif k == 1:
+        src = p1 + r * s1 + j
+    elif k == 2:
+        src = p2 + r * s2 + j
+    else:
+        src = p3 + r * s3 + j
+    target = tl.load(index + k * n + r, mask=ok, other=0)
+    tl.atomic_add(dst + target * cols + j, tl.load(src, mask=ok, other=0.0), mask=ok)

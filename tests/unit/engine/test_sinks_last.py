@@ -1,0 +1,70 @@
+"""Depth batching runs *sinks* (invocations whose outputs no other invocation reads) at the
+batch's deepest depth (``sinks.depths_with_sinks_last``): a classifier over the roots of
+trees of different heights is one call, not one per height, with the same values and gradients;
+random ops keep their depths; every invocation still runs after its arguments."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import foldexp.blocks as fb
+from foldexp import Compiler
+from foldexp.models.tree_lstm import binary_tree_lstm, random_tree
+from foldexp.testing import check_block
+
+
+def _trees(rng: np.random.Generator, count: int = 24) -> list:
+    return [random_tree(int(n), 30, rng) for n in rng.integers(1, 30, size=count)]
+
+
+def _calls(compiler: Compiler, inputs: list, name: str) -> list[int]:
+    """The depths at which ``compiler``'s plan for ``inputs`` calls the op named ``name``."""
+    plan = compiler.build(inputs)
+    return [g.depth for g in plan.groups if plan.op_names[g.op] == name]
+
+
+def _height(tree: tuple) -> int:
+    return 1 if len(tree) == 1 else 1 + max(_height(t) for t in tree)
+
+
+def _classifier(head: torch.nn.Module) -> fb.Block:
+    return binary_tree_lstm(30, 6, 6) >> fb.GetItem(0) >> fb.Function(head)
+
+
+def test_the_classifier_over_roots_of_every_height_is_one_call(rng) -> None:
+    trees = _trees(rng)
+    assert len({_height(t) for t in trees}) > 5
+    block = _classifier(torch.nn.Linear(6, 3))
+    plan = Compiler(block).build(trees)
+    heads = [g for g in plan.groups if plan.op_names[g.op] == "Linear"]
+    assert len(heads) == 1 and heads[0].count == len(trees), plan.describe()
+    assert heads[0].depth == plan.max_depth == max(_height(t) for t in trees) + 1
+    check_block(block, trees)  # batched == eager, values and gradients
+
+
+def test_every_invocation_still_runs_after_its_arguments(rng) -> None:
+    trees = _trees(rng, 16)
+    plan = Compiler(_classifier(torch.nn.Linear(6, 3))).build(trees)
+    # per type, the depth of the group that wrote each row (constants: 0); a gather may only
+    # read rows written at a lower depth
+    written = [np.zeros(rows, dtype=np.int64) for rows in plan.rows_per_type]
+    for g in plan.groups:
+        for ga in g.gathers:
+            rows = ga.rows
+            idx = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows.numpy()
+            assert (written[ga.tid][idx] < g.depth).all(), plan.describe()
+        for tid, start, end in g.outs:
+            written[tid][start:end] = g.depth
+
+
+def test_a_random_sink_keeps_its_depths(rng) -> None:
+    # A dropout in training mode draws its numbers call by call: its calls stay where the
+    # paper puts them, one per height of the roots.
+    head = torch.nn.Sequential(torch.nn.Dropout(0.5), torch.nn.Linear(6, 3))
+    compiler = Compiler(_classifier(head))
+    trees = _trees(rng)
+    compiler.train()
+    assert len(_calls(compiler, trees, "Sequential")) == len({_height(t) for t in trees})
+    compiler.eval()  # no longer random: one call
+    assert _calls(compiler, trees, "Sequential") == [compiler.build(trees).max_depth]
