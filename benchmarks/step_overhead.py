@@ -9,21 +9,25 @@ as on CUDA, prints for the engine (traces cached) and the hand-written level-by-
 (``level``):
 
 - ops per step: aten ops dispatched by one forward + backward (``TorchDispatchMode``), views
-  apart (they launch no kernel), and the most frequent of the others;
+  apart (they launch no kernel), and the most frequent of the others; the engine's both where
+  Triton is absent (torch's ops for the updates) and with the Triton kernels of a CUDA run,
+  each launch counted as one op (``foldexp/bench/stand_in.py``);
 - syncs per step (``aten._local_scalar_dense``: a read that waits for the device) and uploads
   (host-to-device copies, counted with the model on the ``meta`` device);
 - the step's time at ``--small-hidden`` on 1 thread, where the time is almost all overhead:
   medians over ``--repeats`` after a warm-up, and the level/engine ratio (same process).
 
 Every figure above is measured on the CPU; no GPU is needed. With ``--device cuda`` it measures
-the same steps on the GPU instead: kernels and memory copies launched per step (torch's
-profiler), the time the GPU was busy, the step's wall time (median, the device synchronized),
-and whether the engine's step runs under ``torch.cuda.set_sync_debug_mode("error")``.
+the same steps on the GPU instead: aten ops (not views) and kernels and memory copies launched
+per step (torch's profiler), the time the GPU was busy, the step's wall time (median, the
+device synchronized), and whether the engine's step runs under
+``torch.cuda.set_sync_debug_mode("error")``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 import warnings
@@ -31,6 +35,14 @@ import warnings
 import torch
 
 from foldexp.bench.overhead import count_kernels, count_ops, cuda_route, peers_step
+from foldexp.bench.stand_in import triton_stand_in
+
+# (step, label, route): the engine where Triton is absent and with CUDA's Triton kernels
+_COUNTED = [
+    ("engine", "engine, ops", contextlib.nullcontext),
+    ("engine", "engine, triton", triton_stand_in),
+    ("level", "level", contextlib.nullcontext),
+]
 
 
 def _median_seconds(step, repeats: int, wait=lambda: None) -> tuple[float, float, float]:
@@ -70,7 +82,8 @@ def on_cuda(args: argparse.Namespace) -> None:
     shape = dict(trees=args.trees, leaves=args.leaves)
     print(f"{args.trees} trees of {args.leaves} leaves on {torch.cuda.get_device_name()}")
     print(
-        f"{'':14} {'hidden':>6} {'kernels':>8} {'copies':>6} {'busy ms':>8} {'step ms':>8}  syncs"
+        f"{'':14} {'hidden':>6} {'ops':>5} {'kernels':>8} {'copies':>6} {'busy ms':>8} "
+        f"{'step ms':>8}  syncs"
     )
     runs = [("engine", True), ("engine", False), ("level", True)]
     if set_triton_cells_enabled is None:
@@ -83,10 +96,11 @@ def on_cuda(args: argparse.Namespace) -> None:
             step = peers_step(name, hidden=hidden, device="cuda", **shape)
             med, _, _ = _median_seconds(step, args.repeats, torch.cuda.synchronize)
             k = count_kernels(step)
+            ops = count_ops(step).not_views  # aten ops; Triton's launches are kernels only
             syncs = _syncs_allowed(step) if name == "engine" else "reads its loss"
             print(
-                f"{label:14} {hidden:6d} {k.launches:8d} {k.copies:6d} {k.busy_us / 1e3:8.2f} "
-                f"{1e3 * med:8.2f}  {syncs}"
+                f"{label:14} {hidden:6d} {ops:5d} {k.launches:8d} {k.copies:6d} "
+                f"{k.busy_us / 1e3:8.2f} {1e3 * med:8.2f}  {syncs}"
             )
             if hidden == args.hidden:
                 print(f"{'':23} top: {k.top()}")
@@ -111,19 +125,20 @@ def main() -> None:
     print(f"{args.trees} trees of {args.leaves} leaves; CUDA's route (fused cells, oneDNN off)")
     with cuda_route():
         print(f"\nhidden {args.hidden}: one step, forward + backward")
-        print(f"{'':8} {'ops':>6} {'views':>6} {'other':>6} {'syncs':>6} {'uploads':>8}  top ops")
-        for name in ("engine", "level"):
-            step = peers_step(name, hidden=args.hidden, **shape)
-            step()
-            step()  # traces cached, buffers sized: a step as an epoch's later ones are
-            c = count_ops(step)
-            meta = peers_step(name, hidden=args.hidden, device="meta", **shape)
-            uploads = "-"
-            if name == "engine":  # the level peer reads its loss: no meta run for it
-                meta()
-                uploads = str(count_ops(meta).uploads)
+        print(f"{'':15} {'ops':>6} {'views':>6} {'other':>6} {'syncs':>6} {'uploads':>8}  top ops")
+        for name, label, route in _COUNTED:
+            with route():
+                step = peers_step(name, hidden=args.hidden, **shape)
+                step()
+                step()  # traces cached, buffers sized: a step as an epoch's later ones are
+                c = count_ops(step)
+                meta = peers_step(name, hidden=args.hidden, device="meta", **shape)
+                uploads = "-"
+                if name == "engine":  # the level peer reads its loss: no meta run for it
+                    meta()
+                    uploads = str(count_ops(meta).uploads)
             print(
-                f"{name:8} {c.total:6d} {c.views:6d} {c.not_views:6d} {c.syncs:6d} "
+                f"{label:15} {c.total:6d} {c.views:6d} {c.not_views:6d} {c.syncs:6d} "
                 f"{uploads:>8}  {c.top(8)}"
             )
         print(f"\nhidden {args.small_hidden}, 1 thread: step time, median (min-max) ms")
