@@ -1,9 +1,9 @@
 """CUDA's Triton route, counted on a CPU: ``step_overhead``'s count of the ops a CUDA step
 dispatches, without a GPU.
 
-On CUDA the Tree-LSTM updates (binary and leaf) and the gradient scatter of a gather's arguments
-are Triton kernels (``foldexp/kernels/treelstm_triton.py``), one launch each; a CPU takes torch's
-ops for them instead, so ``count_ops`` there would count a route no CUDA run takes. Within
+On CUDA the Tree-LSTM updates (binary and leaf) are Triton kernels
+(``foldexp/kernels/treelstm_triton.py``), one launch each; a CPU takes torch's ops for them
+instead, so ``count_ops`` there would count a route no CUDA run takes. Within
 ``triton_stand_in()`` the wrappers run as on CUDA (their checks, their allocations, the kernels'
 arguments), and each launch is computed by torch ops that ``count_ops`` does not see, counted as
 one op named ``triton.<kernel>``. Values equal the kernels' to float rounding (the tests compare
@@ -95,17 +95,11 @@ def _leaf_backward(grid, z, m, c, dh, dc, dz, dk, *sizes, HAS_MASK, HAS_DH, HAS_
         dk.data.copy_(dct)
 
 
-def _scatter(grid, dst, index, p0, p1, p2, p3, *sizes, **_):  # noqa: ANN001, ANN202
-    parts = (p0, p1, p2, p3)[: grid[1]]
-    dst.index_add_(0, index, torch.cat(parts))
-
-
 _KERNELS = SimpleNamespace(
     forward=_Launch("forward", _binary_forward),
     backward=_Launch("backward", _binary_backward),
     leaf_forward=_Launch("leaf_forward", _leaf_forward),
     leaf_backward=_Launch("leaf_backward", _leaf_backward),
-    scatter_add_parts=_Launch("scatter_add_parts", _scatter),
 )
 
 
@@ -113,15 +107,15 @@ _KERNELS = SimpleNamespace(
 def triton_stand_in() -> Iterator[None]:
     """CUDA's Triton route on any device, for float32 tensors with the switch on
     (``set_triton_cells_enabled``); each launch one counted op (see the module doc)."""
-    from foldexp.kernels import scatter, treelstm_few, treelstm_triton
+    from foldexp.kernels import treelstm_few, treelstm_triton
 
     def route(t: torch.Tensor) -> bool:
         return t.dtype == torch.float32 and treelstm_triton.triton_cells_enabled()
 
-    saved = treelstm_few.triton_route, scatter.triton_route, treelstm_triton._kernels
-    treelstm_few.triton_route = scatter.triton_route = route  # type: ignore[assignment]
+    saved = treelstm_few.triton_route, treelstm_triton._kernels
+    treelstm_few.triton_route = route  # type: ignore[assignment]
     treelstm_triton._kernels = lambda: _KERNELS  # type: ignore[assignment]
     try:
         yield
     finally:
-        treelstm_few.triton_route, scatter.triton_route, treelstm_triton._kernels = saved
+        treelstm_few.triton_route, treelstm_triton._kernels = saved

@@ -5,10 +5,10 @@ are argument ``k``. Its backward has one gradient per argument, and ``index_add_
 them where they came from: ``dst.index_add_(0, index, torch.cat(parts))`` without the
 concatenation. Where the C++ kernel serves (``scatter_rows.cpp``: CPU float32, the kernels built
 and switched on), each part is read where it lies, column slices included (torch's
-``index_add_`` is 4x slower on those); on CUDA (float32, Triton present) one Triton kernel does
-the same for up to four parts (a launch instead of two: the peers' step, 17 fewer); elsewhere
-torch's ops do the same sum. Under ``torch.use_deterministic_algorithms`` CUDA keeps torch's ops,
-whose deterministic route that setting chooses: the Triton kernel adds with atomics.
+``index_add_`` is 4x slower on those); elsewhere torch's ops do the same sum. (A Triton kernel
+doing the same on CUDA, one launch instead of the concatenation's and ``index_add_``'s, made
+SST's epoch on an H200 slower, 6.35 → 7.75 s: on a GPU these small calls cost host time, and a
+Triton launch costs the host more than two torch ops; see docs/PERFORMANCE.md.)
 
 Sums: the kernel adds rows into each element in index order, as torch's serial ``index_add_``
 does; torch's parallel one may group them otherwise, so the two agree to float rounding.
@@ -23,7 +23,6 @@ from collections.abc import Sequence
 import torch
 
 from foldexp.kernels.native import fused_cells_enabled, load_kernels, transforms_active
-from foldexp.kernels.treelstm_triton import scatter_add_parts, triton_route
 
 __all__ = ["index_add_parts", "parts_apart"]
 
@@ -37,10 +36,9 @@ NATIVE_ELEMENTS = 1 << 16
 
 def parts_apart(block: torch.Tensor) -> bool:
     """Whether a gathered ``block`` of several arguments should reach ``index_add_parts`` as
-    one gradient per argument, each read where it lies (a kernel serves it: the C++ one from
-    ``NATIVE_ELEMENTS`` elements, the Triton one on CUDA, where the concatenation autograd would
-    make of one block's gradient is a launch more), rather than as the block's one gradient."""
-    return block.numel() >= NATIVE_ELEMENTS or triton_route(block)
+    one gradient per argument, each read where it lies (from ``NATIVE_ELEMENTS`` elements, where
+    the C++ kernel serves), rather than as the block's one gradient."""
+    return block.numel() >= NATIVE_ELEMENTS
 
 
 def index_add_parts(
@@ -58,9 +56,6 @@ def index_add_parts(
     if not present:
         return
     if len(index) * _row_size(dst) >= NATIVE_ELEMENTS and _native(dst, index, parts, present):
-        return
-    if len(present) == len(parts) > 1 and _on_gpu(dst, index, present):
-        scatter_add_parts(dst, index, present)
         return
     if len(present) == len(parts):
         dst.index_add_(0, index, present[0] if len(present) == 1 else torch.cat(present))
@@ -149,25 +144,3 @@ def _fits(dst: torch.Tensor, index: torch.Tensor, present: list[torch.Tensor]) -
         and not p.is_neg()  # a lazily negated view: its memory holds the values unnegated
         for p in present
     )
-
-
-def _on_gpu(dst: torch.Tensor, index: torch.Tensor, parts: list[torch.Tensor]) -> bool:
-    """Whether the Triton kernel takes these: the Triton route (``triton_route``), 2-D float32
-    plain tensors on ``dst``'s device with adjacent columns, at most four parts of one shape,
-    ``dst`` contiguous, int64 indices, one per part's row; no autograd watching, no
-    deterministic algorithms asked for."""
-    if not triton_route(dst) or torch.is_grad_enabled() or dst.requires_grad:
-        return False
-    if torch.are_deterministic_algorithms_enabled() or len(parts) > 4:
-        return False
-    if type(dst) not in _PLAIN or dst.dim() != 2 or not dst.is_contiguous():
-        return False
-    if type(index) not in _PLAIN or index.dtype != torch.int64 or index.device != dst.device:
-        return False
-    shape = parts[0].shape
-    return index.dim() == 1 and len(index) == len(parts) * shape[0] and all(
-        type(p) in _PLAIN and p.dim() == 2 and p.shape == shape and shape[1] == dst.shape[1]
-        and p.stride(1) == 1 and p.dtype == torch.float32 and p.device == dst.device
-        and not p.is_neg()
-        for p in parts
-    )  # fmt: skip

@@ -86,12 +86,8 @@ def launching_on(t: torch.Tensor) -> Any:
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
-def _blocks(n_el: int) -> int:
-    return (n_el + _BLOCK - 1) // _BLOCK
-
-
 def _grid(n_el: int) -> tuple[int]:
-    return (_blocks(n_el),)
+    return ((n_el + _BLOCK - 1) // _BLOCK,)
 
 
 def binary_forward(
@@ -191,18 +187,3 @@ def leaf_backward(
                 HAS_DK=carry_grad, BLOCK=_BLOCK,
             )  # fmt: skip
     return dz, dk[0] if dk else None
-
-
-def scatter_add_parts(dst: torch.Tensor, index: torch.Tensor, parts: list[torch.Tensor]) -> None:
-    """``dst.index_add_(0, index, torch.cat(parts))`` in one launch, each part read where it
-    lies: 2 to 4 parts of ``(n, cols)`` with adjacent columns, ``dst`` contiguous
-    ``(rows, cols)``, float32, on one GPU; ``index`` int64 of ``len(parts) * n`` rows, in range
-    (the executor's gathers). Float additions in whatever order the GPU's atomics land, as
-    torch's own ``index_add_`` on CUDA."""
-    n, cols = parts[0].shape
-    pointers = [*parts, *[parts[0]] * (4 - len(parts))]  # placeholders no program reads
-    if n * cols:
-        with launching_on(dst):
-            _kernels().scatter_add_parts[(_blocks(n * cols), len(parts))](
-                dst, index, *pointers, *(p.stride(0) for p in pointers), n, cols, BLOCK=_BLOCK
-            )

@@ -1,6 +1,5 @@
 """foldexp's Triton kernels, for CUDA: the Tree-LSTM updates (binary and leaf, forward and
-backward; ``treelstm_triton``) and the gradient scatter of a gather's arguments
-(``scatter.index_add_parts``). Imported only when a CUDA call first needs them; Triton resolves a
+backward; ``treelstm_triton``). Imported only when a CUDA call first needs them; Triton resolves a
 kernel's helpers from its module's globals."""
 
 import triton
@@ -133,25 +132,3 @@ def leaf_backward(z, mask, c, dh, dc, dz, dk, n_el, H, sz, sm, HAS_MASK: tl.cons
     tl.store(dzr + 2 * H, du, mask=ok)
     if HAS_DK:
         tl.store(dk + idx, dct, mask=ok)
-
-
-# Part ``k`` (program axis 1) adds its rows into ``dst`` at ``index[k*n:(k+1)*n]``; up to four
-# parts in one launch, each read where it lies (row stride ``s_k``).
-@triton.jit(do_not_specialize=["n"])
-def scatter_add_parts(dst, index, p0, p1, p2, p3, s0, s1, s2, s3, n, cols,
-                      BLOCK: tl.constexpr):  # fmt: skip
-    k = tl.program_id(1)
-    e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    ok = e < n * cols
-    r = e // cols
-    j = e - r * cols
-    if k == 0:
-        src = p0 + r * s0 + j
-    elif k == 1:
-        src = p1 + r * s1 + j
-    elif k == 2:
-        src = p2 + r * s2 + j
-    else:
-        src = p3 + r * s3 + j
-    target = tl.load(index + k * n + r, mask=ok, other=0)
-    tl.atomic_add(dst + target * cols + j, tl.load(src, mask=ok, other=0.0), mask=ok)

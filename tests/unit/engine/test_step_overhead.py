@@ -64,14 +64,14 @@ def test_an_engine_step_of_the_peers_workload_dispatches_few_ops() -> None:
 
 def test_with_triton_a_step_dispatches_at_most_200_ops() -> None:
     # The same step with the Triton kernels of a CUDA run, each launch counted as one op
-    # (``bench/stand_in.py``): 353 before this last round; 172 with the classifier run
-    # once, the updates' results carved from one scratch block per pass, the gradients'
-    # scatter one kernel and weight gradients multiplied once a step. Exact, bound + 1 %.
+    # (``bench/stand_in.py``): 353 before this last round; 189 with the classifier run
+    # once, the leaf update in Triton too, each pass's update results carved from one scratch
+    # block, and weight gradients multiplied once a step. Exact, bound + 1 %.
     with cuda_route(), triton_stand_in():
         step = peers_step("engine", hidden=8)
         step()
         c = count_ops(step)
-    assert c.not_views <= 174, (c.not_views, c.top(12))
+    assert c.not_views <= 191, (c.not_views, c.top(12))
     assert c.ops["triton.forward"] == c.ops["triton.backward"] == 17, c.top(12)  # per depth
     assert c.ops["new_empty"] <= 2 and c.ops["sigmoid"] == 0, c.top(24)
 

@@ -1,9 +1,9 @@
 """foldexp's Triton kernels (``foldexp/kernels/treelstm_triton.py``), the route a float32 CUDA
 run takes: the Tree-LSTM updates give the same values and gradients as autograd through
 ``binary_state_ops`` / ``leaf_state_ops`` (masks, carries, one output's gradient missing, strided
-rows, sizes that are no multiple of the kernels' block), the gradient scatter the same sums as
-``index_add_``; checked on the CPU in Triton's interpreter where Triton is installed and on CUDA
-by the gpu tests; and when the route is taken."""
+rows, sizes that are no multiple of the kernels' block); checked on the CPU in Triton's
+interpreter where Triton is installed and on CUDA by the gpu tests; and when the route is
+taken."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from foldexp.kernels import treelstm_triton
-from foldexp.kernels.scatter import index_add_parts
 from foldexp.kernels.treelstm import binary_state_ops, leaf_state_ops
 from foldexp.kernels.treelstm_few import binary_state_few, leaf_state_few
 
@@ -64,7 +63,7 @@ def largest_difference(device: str) -> float:
         h, c = binary_state_few(z, cl, cr)
         h2, c2 = binary_state_ops(z, cl, cr, None)
         worst = max(worst, (h - h2).abs().max().item(), (c - c2).abs().max().item())
-    return max(worst, _leaf_difference(g, device), _scatter_difference(g, device))
+    return max(worst, _leaf_difference(g, device))
 
 
 def _leaf_difference(g: torch.Generator, device: str) -> float:
@@ -89,26 +88,6 @@ def _leaf_difference(g: torch.Generator, device: str) -> float:
             results.append((h, c, *grads))
         for a, b in zip(*results):
             worst = max(worst, (a - b).abs().max().item())
-    return worst
-
-
-def _scatter_difference(g: torch.Generator, device: str) -> float:
-    """``index_add_parts`` by the Triton kernel (2 to 4 parts, repeated rows, a strided part)
-    against torch's ``index_add_`` of the concatenation."""
-    worst = 0.0
-    for k, n, cols in [(2, 7, 5), (4, 300, 8), (3, 1, 1)]:
-        dst = torch.randn(50, cols, generator=g, device=device)
-        index = torch.randint(50, (k * n,), generator=g, device=device)
-        wide = torch.randn(n, 2 * cols, generator=g, device=device)
-        parts = [
-            wide[:, :cols],
-            *(torch.randn(n, cols, generator=g, device=device) for _ in range(k - 1)),
-        ]
-        want = dst.index_add(0, index, torch.cat(parts))
-        with torch.no_grad():  # as in the executor's backward: the kernel's route
-            index_add_parts(dst, index, parts)
-        # relative: the kernel adds a row's terms in another order than index_add_
-        worst = max(worst, ((dst - want).abs() / (1 + want.abs())).max().item())
     return worst
 
 
@@ -180,7 +159,7 @@ def test_kernels_launch_on_the_tensors_gpu_not_the_current_one(
     monkeypatch.setattr(torch.cuda, "device", Guard)
     monkeypatch.setattr(treelstm_triton, "_kernels", lambda: SimpleNamespace(
         forward=Launcher(), backward=Launcher(), leaf_forward=Launcher(),
-        leaf_backward=Launcher(), scatter_add_parts=Launcher()))  # fmt: skip
+        leaf_backward=Launcher()))  # fmt: skip
     z = torch.zeros(3, 10).as_subclass(_OnCuda1)
     cl = torch.zeros(3, 2)
     h, c = treelstm_triton.binary_forward(z, cl, cl, None)
@@ -188,9 +167,7 @@ def test_kernels_launch_on_the_tensors_gpu_not_the_current_one(
     z = torch.zeros(3, 6).as_subclass(_OnCuda1)
     h, c = treelstm_triton.leaf_forward(z, None, None)
     treelstm_triton.leaf_backward(z, None, c, h, None, False)
-    dst = torch.zeros(4, 2).as_subclass(_OnCuda1)
-    treelstm_triton.scatter_add_parts(dst, torch.zeros(6, dtype=torch.int64), [cl, cl])
-    assert launched_on == [torch.device("cuda", 1)] * 5
+    assert launched_on == [torch.device("cuda", 1)] * 4
 
 
 @pytest.mark.gpu
