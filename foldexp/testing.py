@@ -57,11 +57,13 @@ def check_block(
     check_grads: bool = True,
     seed: int = 0,
     device: torch.device | str | None = None,
+    sinks_last: bool | None = None,
 ) -> Compiler:
     """Asserts expected == eager == batched, values and gradients; returns the compiler. With
-    ``device``, the model (and so both runs) is on that device; the CPU by default."""
+    ``device``, the model (and so both runs) is on that device; the CPU by default.
+    ``sinks_last`` is the compiler's (``Compiler``)."""
     block = convert_to_block(block)
-    compiler = Compiler(block, input_type, device=device)
+    compiler = Compiler(block, input_type, device=device, sinks_last=sinks_last)
     if device is not None:
         compiler.to(device)
     root: Block = compiler.root

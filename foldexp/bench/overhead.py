@@ -197,7 +197,8 @@ def peers_step(
     labels = labels.to(device)
     if name == "engine":
         tree = binary_tree(word_leaf(m.embed, m.leaf), m.cell)
-        model = Compiler(tree >> GetItem(0) >> Function(m.out), cache_traces=True)
+        # sinks_last: the plan a GPU run gets, wherever this step runs
+        model = Compiler(tree >> GetItem(0) >> Function(m.out), cache_traces=True, sinks_last=True)
 
         def engine() -> torch.Tensor:
             m.zero_grad(set_to_none=True)

@@ -199,8 +199,9 @@ class TraceCache:
 
 
 class PlanCache:
-    """Plans of whole batches, by the identity of their inputs (in order) and of which ops were
-    allowed to merge (dropout on or off changes the plan).
+    """Plans of whole batches, by the identity of their inputs (in order) and the flags they
+    were scheduled with (``flags``: per op, whether it was allowed to merge, since dropout on or
+    off changes the plan; then whether sinks ran last).
 
     A plan is admitted the second time its batch is built, and at most ``size`` are kept, least
     recently used dropped first; of batches seen once only a hash is kept (at most
@@ -234,18 +235,18 @@ class PlanCache:
             self._seen.clear()
 
     @staticmethod
-    def _key(inputs: Sequence[Any], merge: tuple[bool, ...]) -> int:
-        return hash((tuple(map(id, inputs)), merge))
+    def _key(inputs: Sequence[Any], flags: tuple[bool, ...]) -> int:
+        return hash((tuple(map(id, inputs)), flags))
 
-    def get(self, inputs: Sequence[Any], merge: tuple[bool, ...]) -> Plan | None:
+    def get(self, inputs: Sequence[Any], flags: tuple[bool, ...]) -> Plan | None:
         """The plan of this very batch, if it is kept (a shallow copy: timings are per call)."""
-        key = self._key(inputs, merge)
+        key = self._key(inputs, flags)
         with self._lock:
             entry = self._plans.get(key)
             if entry is None:
                 return None
-            sources, kept_merge, plan = entry
-            if kept_merge != merge or len(sources) != len(inputs):
+            sources, kept_flags, plan = entry
+            if kept_flags != flags or len(sources) != len(inputs):
                 return None
             if any(a is not b for a, b in zip(sources, inputs)):
                 return None
@@ -253,16 +254,16 @@ class PlanCache:
             self.hits += 1
         return plan.copy()
 
-    def put(self, inputs: Sequence[Any], merge: tuple[bool, ...], plan: Plan) -> None:
+    def put(self, inputs: Sequence[Any], flags: tuple[bool, ...], plan: Plan) -> None:
         """Records a newly built batch; keeps its plan if the batch was seen before."""
-        key = self._key(inputs, merge)
+        key = self._key(inputs, flags)
         with self._lock:
             if key not in self._seen:
                 self._seen[key] = None
                 if len(self._seen) > 4 * self.size:
                     self._seen.popitem(last=False)
                 return
-            self._plans[key] = (tuple(inputs), merge, plan)
+            self._plans[key] = (tuple(inputs), flags, plan)
             self._plans.move_to_end(key)
             if len(self._plans) > self.size:
                 self._plans.popitem(last=False)

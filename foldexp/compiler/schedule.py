@@ -213,12 +213,15 @@ def schedule(
     out_vids: np.ndarray,
     order: str = "depth",
     merge: Sequence[bool] | None = None,
+    sinks_last: bool = False,
 ) -> Plan:
     """Turns a trace into a ``Plan``: groups by (depth, op), buffer layout, row indices.
 
     ``order="agenda"`` groups by DyNet's agenda steps instead of depths (``agenda.py``); the
     groups' ``depth`` field then holds the step. ``merge`` (per op: may its equal invocations
     be computed once?) merges equal scalar constants and equal invocations (``merge.py``).
+    ``sinks_last`` (depth order): invocations no other one reads run at the deepest depth
+    (``sinks.py``).
     """
     if order not in ORDERS:
         raise ValueError(f"schedule order {order!r}; expected one of {ORDERS}")
@@ -229,6 +232,8 @@ def schedule(
         shared=np.zeros(trace.num_values, dtype=bool) if merge is not None and any(merge) else None,
     )
     _place_constants(trace, lay)  # step 1: constants first in each type's buffer
+    if steps is None and sinks_last:
+        steps = depths_with_sinks_last(trace)
     by_depth, out_tids, max_depth = _bucket_by_depth(trace, steps, lay)  # step 2
     while len(lay.cursor) < len(trace.types):  # types first seen as op outputs
         lay.cursor.append(0)
@@ -291,14 +296,12 @@ def _bucket_by_depth(
     max_depth = 0
     by_depth: dict[int, list[_Bucket]] = {}
     out_tids: list[list[int]] = []
-    depths = steps if steps is not None else depths_with_sinks_last(trace)
     for i, op in enumerate(trace.ops):
         out_tids.append([trace.type_id(t) for t in op.out_types])
         if len(trace.op_depth[i]) == 0:
             continue
-        depth = depths[i]
-        if steps is None:
-            max_depth = max(max_depth, int(depth.max()))
+        depth = steps[i] if steps is not None else int64_array(trace.op_depth[i])
+        max_depth = max(max_depth, int(depth.max()))
         first = int64_array(trace.op_first[i])
         args = int64_array(trace.op_args[i]).reshape(len(depth), len(op.in_types))
         if op.id_limit is not None:

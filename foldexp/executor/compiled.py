@@ -90,6 +90,12 @@ class Compiler(nn.Module):
             ``foldexp/compiler/merge.py``. Same results; fewer rows.
         device: where a model without parameters runs (its buffers are made there); it follows
             ``compiler.to(...)`` as parameters do. A model with parameters runs where they are.
+        sinks_last: in depth order, run every invocation whose outputs no other one reads (a
+            classifier over the roots of trees of different heights) at the batch's deepest
+            depth, one call instead of one per height (``foldexp/compiler/sinks.py``). ``None``
+            (the default): where the model runs on a GPU, whose step is the host's launches;
+            on the CPU the paper's depths, which the published results were measured with (the
+            regrouped rows round differently, for no speed measured there).
 
     Attributes:
         last_stats: counters of the latest call — ``calls`` (operation launches), ``nodes``,
@@ -108,6 +114,7 @@ class Compiler(nn.Module):
         merge_duplicates: bool = True,
         cache_plans: bool | None = None,
         device: torch.device | str | None = None,
+        sinks_last: bool | None = None,
     ) -> None:
         super().__init__()
         # An empty, unsaved buffer: ``.to(device)`` moves it, so a model without parameters
@@ -125,6 +132,7 @@ class Compiler(nn.Module):
         if schedule_order not in ORDERS:
             raise ValueError(f"schedule_order={schedule_order!r}; expected one of {ORDERS}")
         self.fuse_ops, self.schedule_order = fuse_ops, schedule_order
+        self.sinks_last = sinks_last
         self.merge_duplicates = merge_duplicates
         self.ops = collect_ops(root, fuse=fuse_ops)
         modules: list[nn.Module] = []
@@ -158,6 +166,12 @@ class Compiler(nn.Module):
         p = next(self.parameters(), None)
         return p.device if p is not None else self._device_anchor.device
 
+    def schedules_sinks_last(self) -> bool:
+        """Whether plans built now run sinks last (``sinks_last``; by default on a GPU)."""
+        if self.sinks_last is not None:
+            return self.sinks_last
+        return self.device.type != "cpu"
+
     def build(self, inputs: Sequence[Any]) -> Plan:
         """Traces and schedules a batch (CPU only, no parameters touched): a picklable plan.
 
@@ -177,8 +191,9 @@ class Compiler(nn.Module):
             return StagedBatch(inputs)  # type: ignore[return-value]
         t0 = time.perf_counter()
         merge = tuple(not op.is_random() for op in self.ops) if self.merge_duplicates else ()
+        sinks = self.schedules_sinks_last()
         if self.plan_cache is not None:
-            plan = self.plan_cache.get(inputs, merge)
+            plan = self.plan_cache.get(inputs, (*merge, sinks))
             if plan is not None:
                 plan.trace_seconds, plan.schedule_seconds = 0.0, time.perf_counter() - t0  # type: ignore[attr-defined]
                 return plan
@@ -192,14 +207,14 @@ class Compiler(nn.Module):
             )
         t1 = time.perf_counter()
         try:
-            plan = schedule(trace, out_vids, self.schedule_order, list(merge) or None)
+            plan = schedule(trace, out_vids, self.schedule_order, list(merge) or None, sinks)
         except InvalidInput as e:
             # Found batch-wide; the blocks' own checks say which input and where.
             raise locate_input_error(self.root, inputs) or InputError(None, str(e)) from None
         plan.trace_seconds = t1 - t0  # type: ignore[attr-defined]
         plan.schedule_seconds = time.perf_counter() - t1  # type: ignore[attr-defined]
         if self.plan_cache is not None:
-            self.plan_cache.put(inputs, merge, plan)
+            self.plan_cache.put(inputs, (*merge, sinks), plan)
         return plan
 
     def run(self, plan: Plan) -> Any:

@@ -83,7 +83,9 @@ def run_staged(
         )
         t1 = time.perf_counter()
         try:
-            plan = schedule(tr, out_vids, compiler.schedule_order, merge)
+            plan = schedule(
+                tr, out_vids, compiler.schedule_order, merge, compiler.schedules_sinks_last()
+            )
         except InvalidInput as e:  # found batch-wide; the blocks' own checks name the input
             raise locate_input_error(compiler.root, inputs) or InputError(None, str(e)) from None
         plan.trace_seconds = t1 - t0  # type: ignore[attr-defined]

@@ -1,7 +1,8 @@
-"""Depth batching runs *sinks* (invocations whose outputs no other invocation reads) at the
-batch's deepest depth (``sinks.depths_with_sinks_last``): a classifier over the roots of
-trees of different heights is one call, not one per height, with the same values and gradients;
-random ops keep their depths; every invocation still runs after its arguments."""
+"""Depth batching with ``sinks_last`` (by default where the model is on a GPU) runs *sinks*
+(invocations whose outputs no other invocation reads) at the batch's deepest depth
+(``sinks.depths_with_sinks_last``): a classifier over the roots of trees of different heights is
+one call, not one per height, with the same values and gradients; random ops keep their depths;
+every invocation still runs after its arguments; the CPU keeps the paper's depths."""
 
 from __future__ import annotations
 
@@ -36,16 +37,17 @@ def test_the_classifier_over_roots_of_every_height_is_one_call(rng) -> None:
     trees = _trees(rng)
     assert len({_height(t) for t in trees}) > 5
     block = _classifier(torch.nn.Linear(6, 3))
-    plan = Compiler(block).build(trees)
+    plan = Compiler(block, sinks_last=True).build(trees)
     heads = [g for g in plan.groups if plan.op_names[g.op] == "Linear"]
     assert len(heads) == 1 and heads[0].count == len(trees), plan.describe()
     assert heads[0].depth == plan.max_depth == max(_height(t) for t in trees) + 1
-    check_block(block, trees)  # batched == eager, values and gradients
+    # batched == eager, values and gradients
+    assert check_block(block, trees, sinks_last=True).last_stats["calls"] == len(plan.groups)
 
 
 def test_every_invocation_still_runs_after_its_arguments(rng) -> None:
     trees = _trees(rng, 16)
-    plan = Compiler(_classifier(torch.nn.Linear(6, 3))).build(trees)
+    plan = Compiler(_classifier(torch.nn.Linear(6, 3)), sinks_last=True).build(trees)
     # per type, the depth of the group that wrote each row (constants: 0); a gather may only
     # read rows written at a lower depth
     written = [np.zeros(rows, dtype=np.int64) for rows in plan.rows_per_type]
@@ -62,9 +64,21 @@ def test_a_random_sink_keeps_its_depths(rng) -> None:
     # A dropout in training mode draws its numbers call by call: its calls stay where the
     # paper puts them, one per height of the roots.
     head = torch.nn.Sequential(torch.nn.Dropout(0.5), torch.nn.Linear(6, 3))
-    compiler = Compiler(_classifier(head))
+    compiler = Compiler(_classifier(head), sinks_last=True)
     trees = _trees(rng)
     compiler.train()
     assert len(_calls(compiler, trees, "Sequential")) == len({_height(t) for t in trees})
     compiler.eval()  # no longer random: one call
     assert _calls(compiler, trees, "Sequential") == [compiler.build(trees).max_depth]
+
+
+def test_a_gpu_model_runs_sinks_last_and_a_cpu_model_the_papers_depths(rng) -> None:
+    trees = _trees(rng)
+    heights = len({_height(t) for t in trees})
+    compiler = Compiler(_classifier(torch.nn.Linear(6, 3)), cache_traces=True)
+    assert len(_calls(compiler, trees, "Linear")) == heights  # the CPU: one call per height
+    compiler.build(trees)  # built twice: the plan is kept, under the CPU's order
+    compiler.to("meta")  # as on a GPU: not the CPU
+    assert _calls(compiler, trees, "Linear") == [compiler.build(trees).max_depth]
+    compiler.to_empty(device="cpu")
+    assert len(_calls(compiler, trees, "Linear")) == heights
