@@ -274,8 +274,8 @@ def _engine_cached(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tupl
 
 
 def _engine_agenda(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:
-    # DyNet's agenda order instead of depth (which runs the classifier over the roots last, as
-    # the agenda does, but batches the cells by depth).
+    # DyNet's agenda order instead of depth: the classifier over roots of different heights
+    # becomes one call instead of one per height.
     return _engine(m, trees, labels, schedule_order="agenda")
 
 

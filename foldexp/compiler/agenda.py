@@ -5,8 +5,8 @@ autobatching (Neubig, Goldberg and Dyer 2017) instead keeps an *agenda* of ready
 those whose arguments are all computed — and repeatedly runs every ready invocation of one op,
 choosing the op whose ready invocations have the lowest average depth. The agenda waits where an
 op's invocations sit at many depths, e.g. a classifier over roots of trees of different heights
-(one call instead of one per height); the depth order now does the same for such sinks
-(``sinks.depths_with_sinks_last``), and on trees and sequences makes no more calls.
+(one call instead of one per height); the depth order with ``sinks_last`` (a GPU run's) does
+the same for such sinks (``sinks.py``) and keeps the rest batched by depth.
 
 ``agenda_levels(trace)`` gives every invocation the step at which the agenda runs it; the
 scheduler then groups by (step, op) exactly as it groups by (depth, op), so everything after

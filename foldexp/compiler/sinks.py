@@ -7,7 +7,9 @@ there are heights, one call each (the peers' step: 9 classifier calls beside 18 
 waiting costs nothing, since nothing waits for a sink, and every sink of an op then shares one
 call. No other invocation moves. Random ops (a dropout in training mode) keep their depths, so
 their draws follow the paper's order. DyNet's agenda order (``agenda.py``) waits the same way,
-but for every op.
+but for every op. ``Compiler(sinks_last=...)`` chooses; by default a model on a GPU, where a
+call's cost is its launches and their host time, and not the CPU, where the regrouped rows would
+round differently for no speed measured there.
 """
 
 from __future__ import annotations
