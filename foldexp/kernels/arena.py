@@ -8,12 +8,15 @@ its 206). Within ``scratch_arena(name)`` (the executor opens one around each pas
 differentiable sweep) ``scratch_empty`` carves them out of a few large blocks instead: the first
 as large as the same pass needed last time, so a training loop allocates once per pass.
 
-Only where the results live as long as the pass anyway: the sweep keeps every group's graph
-(its outputs and saved tensors) until its backward, and the backward's gradients feed the
-deferred weight gradients (``deferred.py``), multiplied at its end. Outside an arena, as under
+Only where the results live about as long as the pass anyway: the sweep keeps every group's
+graph (its outputs and saved tensors) until its backward, and the backward's gradients feed the
+deferred weight gradients (``deferred.py``), multiplied at its end. (The forward's block is freed
+when its last group's graph is, at the end of the backward, not group by group: 2 floats per
+node and hidden unit more at the backward's peak, against the 7 the weight gradients' rows
+hold there on a GPU.) Outside an arena, as under
 ``torch.no_grad`` (where a group's results die once copied into the buffers),
-``scratch_empty`` is ``new_empty``. Regions start 128 bytes apart, the alignment Triton's
-kernels are compiled for.
+``scratch_empty`` is ``new_empty``. Regions start at multiples of 128 bytes into their block
+(whose start CUDA's allocator aligns to 512), an alignment Triton's kernels are compiled for.
 """
 
 from __future__ import annotations

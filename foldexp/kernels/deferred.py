@@ -44,8 +44,9 @@ FLUSH_ROWS = 512
 # On a GPU the product's cost is its launches (a product, the bias's sum, their additions into
 # the running sums: 3-4 kernels and their host time each), not its memory traffic: a step's rows
 # are multiplied at once (the peers' step: 17 products become 1; 28 launches fewer), unless they
-# pass this many, which bounds the two concatenations' memory.
-FLUSH_ROWS_GPU = 1 << 16
+# pass this many, which bounds the rows held and their concatenations (at hidden 512, 16,384 rows
+# of a Tree-LSTM's x and dy: about 235 MB, twice that while concatenated).
+FLUSH_ROWS_GPU = 1 << 14
 
 _local = threading.local()
 

@@ -271,3 +271,22 @@ def test_a_checkpointed_layer_defers_the_recomputed_rows() -> None:
             got = torch.autograd.grad(y.sum(), wrt, allow_unused=True)
         grads[name] = dict(gathered.gradients())[layer.weight] if name == "deferred" else got[0]
     torch.testing.assert_close(grads["deferred"], grads["autograd"], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_a_gpu_multiplies_a_steps_rows_at_once(device: str) -> None:
+    # On a GPU (any device but the CPU: here ``meta``) a product's cost is its launches: rows
+    # wait up to FLUSH_ROWS_GPU; the CPU multiplies every FLUSH_ROWS.
+    products: list[int] = []
+
+    def product(acc, dy, x):  # noqa: ANN001, ANN202
+        products.append(x.shape[0])
+        return torch.zeros(dy.shape[1], x.shape[1], device=x.device)
+
+    weight = torch.zeros(4, 6, device=device)
+    slot = WeightGradients([weight]).slot(weight, None, product)
+    assert slot is not None
+    for _ in range(3):
+        slot.add(torch.zeros(300, 6, device=device), torch.zeros(300, 4, device=device))
+    slot.flush()
+    assert products == ([600, 300] if device == "cpu" else [900])
