@@ -15,7 +15,9 @@ as on CUDA, prints for the engine (traces cached) and the hand-written level-by-
 - syncs per step (``aten._local_scalar_dense``: a read that waits for the device) and uploads
   (host-to-device copies, counted with the model on the ``meta`` device);
 - the step's time at ``--small-hidden`` on 1 thread, where the time is almost all overhead:
-  medians over ``--repeats`` after a warm-up, and the level/engine ratio (same process).
+  medians over ``--repeats`` after a warm-up, and the level/engine ratios (same process); the
+  engine both with torch's ops for the updates and with one kernel call each way, as on CUDA
+  (the CPU's C++ update standing in for the Triton launch: ``stand_in.triton_stand_in``).
 
 Every figure above is measured on the CPU; no GPU is needed. With ``--device cuda`` it measures
 the same steps on the GPU instead: aten ops (not views) and kernels and memory copies launched
@@ -41,6 +43,15 @@ from foldexp.bench.stand_in import triton_stand_in
 _COUNTED = [
     ("engine", "engine, ops", contextlib.nullcontext),
     ("engine", "engine, triton", triton_stand_in),
+    ("level", "level", contextlib.nullcontext),
+]
+
+
+# (step, label, route) timed at the small width: the engine with torch's ops for the updates and
+# with one kernel call each way (the CPU's C++ update standing in for CUDA's Triton launch)
+_TIMED = [
+    ("engine", "engine, ops", contextlib.nullcontext),
+    ("engine", "engine, one-kernel cells", lambda: triton_stand_in(native=True)),
     ("level", "level", contextlib.nullcontext),
 ]
 
@@ -143,12 +154,14 @@ def main() -> None:
             )
         print(f"\nhidden {args.small_hidden}, 1 thread: step time, median (min-max) ms")
         medians = {}
-        for name in ("engine", "level"):
-            step = peers_step(name, hidden=args.small_hidden, **shape)
-            med, lo, hi = _median_seconds(step, args.repeats)
-            medians[name] = med
-            print(f"{name:8} {1e3 * med:8.1f} ({1e3 * lo:.1f}-{1e3 * hi:.1f})")
-        print(f"level / engine: {medians['level'] / medians['engine']:.2f}x")
+        for name, label, route in _TIMED:
+            with route():
+                step = peers_step(name, hidden=args.small_hidden, **shape)
+                med, lo, hi = _median_seconds(step, args.repeats)
+            medians[label] = med
+            print(f"{label:24} {1e3 * med:6.1f} ({1e3 * lo:.1f}-{1e3 * hi:.1f})")
+        for label, _ in list(medians.items())[:-1]:
+            print(f"level / {label}: {medians['level'] / medians[label]:.2f}x")
 
 
 if __name__ == "__main__":
