@@ -12,6 +12,31 @@ def tanh(x):
 
 
 @triton.jit
+def elements(n_el, H, BLOCK: tl.constexpr):
+    """This program's ``BLOCK`` elements of an ``(n, H)`` result: flat index, in range, row,
+    column."""
+    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    r = idx // H
+    return idx, idx < n_el, r, idx - r * H
+
+
+@triton.jit
+def through_output_gate(c, dh, dc, o, idx, ok, HAS_DH: tl.constexpr, HAS_DC: tl.constexpr):
+    """Backward through ``h = o tanh(c)``: the output gate's gradient before its sigmoid, and
+    the memory's gradient (``dc`` included)."""
+    tc = tanh(tl.load(c + idx, mask=ok, other=0.0))
+    dct = tl.zeros_like(tc)
+    do = tl.zeros_like(tc)
+    if HAS_DH:
+        g = tl.load(dh + idx, mask=ok, other=0.0)
+        do = g * tc * o * (1.0 - o)
+        dct = g * o * (1.0 - tc * tc)
+    if HAS_DC:
+        dct = dct + tl.load(dc + idx, mask=ok, other=0.0)
+    return do, dct
+
+
+@triton.jit
 def gates(z, r, j, H, sz, ok):
     """Rows ``r``, columns ``j`` of the update's gates: sigmoid of i, f_l, f_r, o; tanh of u."""
     zr = z + r * sz + j
@@ -26,10 +51,7 @@ def gates(z, r, j, H, sz, ok):
 @triton.jit(do_not_specialize=["n_el"])
 def forward(z, cl, cr, mask, h, c, n_el, H, sz, scl, scr, sm, HAS_MASK: tl.constexpr,
             BLOCK: tl.constexpr):  # fmt: skip
-    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    ok = idx < n_el
-    r = idx // H
-    j = idx - r * H
+    idx, ok, r, j = elements(n_el, H, BLOCK)
     i, fl, fr, o, u = gates(z, r, j, H, sz, ok)
     if HAS_MASK:
         u = u * tl.load(mask + r * sm + j, mask=ok, other=0.0)
@@ -44,25 +66,14 @@ def forward(z, cl, cr, mask, h, c, n_el, H, sz, scl, scr, sm, HAS_MASK: tl.const
 def backward(z, cl, cr, mask, c, dh, dc, dz, dcl, dcr, n_el, H, sz, scl, scr, sm,
              HAS_MASK: tl.constexpr, HAS_DH: tl.constexpr, HAS_DC: tl.constexpr,
              BLOCK: tl.constexpr):  # fmt: skip
-    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    ok = idx < n_el
-    r = idx // H
-    j = idx - r * H
+    idx, ok, r, j = elements(n_el, H, BLOCK)
     i, fl, fr, o, t = gates(z, r, j, H, sz, ok)
     u = t
     if HAS_MASK:
         u = t * tl.load(mask + r * sm + j, mask=ok, other=0.0)
     kl = tl.load(cl + r * scl + j, mask=ok, other=0.0)
     kr = tl.load(cr + r * scr + j, mask=ok, other=0.0)
-    tc = tanh(tl.load(c + idx, mask=ok, other=0.0))
-    dct = tl.zeros_like(tc)
-    do = tl.zeros_like(tc)
-    if HAS_DH:
-        g = tl.load(dh + idx, mask=ok, other=0.0)
-        do = g * tc * o * (1.0 - o)
-        dct = g * o * (1.0 - tc * tc)
-    if HAS_DC:
-        dct = dct + tl.load(dc + idx, mask=ok, other=0.0)
+    do, dct = through_output_gate(c, dh, dc, o, idx, ok, HAS_DH, HAS_DC)
     dzr = dz + r * (5 * H) + j
     tl.store(dzr, dct * u * i * (1.0 - i), mask=ok)
     tl.store(dzr + H, dct * kl * fl * (1.0 - fl), mask=ok)
@@ -88,10 +99,7 @@ def leaf_gates(z, r, j, H, sz, ok):
 @triton.jit(do_not_specialize=["n_el"])
 def leaf_forward(z, mask, carry, h, c, n_el, H, sz, sm, sk, HAS_MASK: tl.constexpr,
                  HAS_CARRY: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
-    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    ok = idx < n_el
-    r = idx // H
-    j = idx - r * H
+    idx, ok, r, j = elements(n_el, H, BLOCK)
     i, o, u = leaf_gates(z, r, j, H, sz, ok)
     if HAS_MASK:
         u = u * tl.load(mask + r * sm + j, mask=ok, other=0.0)
@@ -106,23 +114,12 @@ def leaf_forward(z, mask, carry, h, c, n_el, H, sz, sm, sk, HAS_MASK: tl.constex
 def leaf_backward(z, mask, c, dh, dc, dz, dk, n_el, H, sz, sm, HAS_MASK: tl.constexpr,
                   HAS_DH: tl.constexpr, HAS_DC: tl.constexpr, HAS_DK: tl.constexpr,
                   BLOCK: tl.constexpr):  # fmt: skip
-    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    ok = idx < n_el
-    r = idx // H
-    j = idx - r * H
+    idx, ok, r, j = elements(n_el, H, BLOCK)
     i, o, t = leaf_gates(z, r, j, H, sz, ok)
     u = t
     if HAS_MASK:
         u = t * tl.load(mask + r * sm + j, mask=ok, other=0.0)
-    tc = tanh(tl.load(c + idx, mask=ok, other=0.0))
-    dct = tl.zeros_like(tc)
-    do = tl.zeros_like(tc)
-    if HAS_DH:
-        g = tl.load(dh + idx, mask=ok, other=0.0)
-        do = g * tc * o * (1.0 - o)
-        dct = g * o * (1.0 - tc * tc)
-    if HAS_DC:
-        dct = dct + tl.load(dc + idx, mask=ok, other=0.0)
+    do, dct = through_output_gate(c, dh, dc, o, idx, ok, HAS_DH, HAS_DC)
     dzr = dz + r * (3 * H) + j
     tl.store(dzr, dct * u * i * (1.0 - i), mask=ok)
     tl.store(dzr + H, do, mask=ok)
