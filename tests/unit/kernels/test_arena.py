@@ -1,6 +1,6 @@
 """Scratch blocks for the Triton route's results (``foldexp/kernels/arena.py``): regions that do
-not overlap, start at multiples of 128 bytes into their block, come from one allocation once a pass has run before, and
-from ``new_empty`` outside an arena or for another dtype."""
+not overlap, start at multiples of 128 bytes into their block, come from one allocation once a
+pass has run before, and from ``new_empty`` outside an arena or for another dtype."""
 
 from __future__ import annotations
 
