@@ -200,8 +200,8 @@ class TraceCache:
 
 class PlanCache:
     """Plans of whole batches, by the identity of their inputs (in order) and the flags they
-    were scheduled with (``flags``: per op, whether it was allowed to merge, since dropout on or
-    off changes the plan; then whether sinks ran last).
+    were scheduled with (``flags``: whether equal invocations merge, whether sinks ran last,
+    then per op whether it is random, since dropout on or off changes the plan either way).
 
     A plan is admitted the second time its batch is built, and at most ``size`` are kept, least
     recently used dropped first; of batches seen once only a hash is kept (at most

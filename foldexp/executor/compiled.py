@@ -190,10 +190,14 @@ class Compiler(nn.Module):
         if self.staged:
             return StagedBatch(inputs)  # type: ignore[return-value]
         t0 = time.perf_counter()
-        merge = tuple(not op.is_random() for op in self.ops) if self.merge_duplicates else ()
+        random = tuple(op.is_random() for op in self.ops)
+        merge = tuple(not r for r in random) if self.merge_duplicates else ()
         sinks = self.schedules_sinks_last()
+        # The plan depends on which ops are random even without merging: sinks last keeps a
+        # random op's depths (``sinks.py``), so dropout on or off is part of the key either way.
+        flags = (self.merge_duplicates, sinks, *random)
         if self.plan_cache is not None:
-            plan = self.plan_cache.get(inputs, (*merge, sinks))
+            plan = self.plan_cache.get(inputs, flags)
             if plan is not None:
                 plan.trace_seconds, plan.schedule_seconds = 0.0, time.perf_counter() - t0  # type: ignore[attr-defined]
                 return plan
@@ -214,7 +218,7 @@ class Compiler(nn.Module):
         plan.trace_seconds = t1 - t0  # type: ignore[attr-defined]
         plan.schedule_seconds = time.perf_counter() - t1  # type: ignore[attr-defined]
         if self.plan_cache is not None:
-            self.plan_cache.put(inputs, (*merge, sinks), plan)
+            self.plan_cache.put(inputs, flags, plan)
         return plan
 
     def run(self, plan: Plan) -> Any:

@@ -82,3 +82,24 @@ def test_a_gpu_model_runs_sinks_last_and_a_cpu_model_the_papers_depths(rng) -> N
     assert _calls(compiler, trees, "Linear") == [compiler.build(trees).max_depth]
     compiler.to_empty(device="cpu")
     assert len(_calls(compiler, trees, "Linear")) == heights
+
+
+def test_a_plan_kept_in_eval_mode_is_not_served_to_training(rng) -> None:
+    # Without merging the plan still depends on which ops are random (sinks last keeps a
+    # dropout's depths in training): the kept eval plan, with the dropout in one call, would
+    # draw other masks than a training build does.
+    head = torch.nn.Sequential(torch.nn.Dropout(0.5), torch.nn.Linear(6, 3))
+    block = _classifier(head)
+    trees = _trees(rng)
+    kept = Compiler(block, sinks_last=True, merge_duplicates=False, cache_plans=True)
+    kept.eval()
+    kept.build(trees)
+    kept.build(trees)  # built twice: kept
+    kept.train()
+    fresh = Compiler(block, sinks_last=True, merge_duplicates=False)
+    assert _calls(kept, trees, "Sequential") == _calls(fresh, trees, "Sequential")
+    assert len(_calls(fresh, trees, "Sequential")) == len({_height(t) for t in trees})
+    torch.manual_seed(0)
+    a = kept(trees)
+    torch.manual_seed(0)
+    torch.testing.assert_close(a, fresh(trees))
