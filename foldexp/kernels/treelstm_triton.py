@@ -86,6 +86,15 @@ def launching_on(t: torch.Tensor) -> Any:
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
+def _outputs(n: int, hidden: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(h, c)``: the two ``(n, hidden)`` halves of one scratch block, as plain tensors
+    (``.data``: no op dispatched), not autograd views. A view returned by an autograd Function,
+    or made without grad and written with grad, refuses in-place ops, which the torch route's
+    fresh results take; the halves never overlap, so nothing needs a view's bookkeeping."""
+    h, c = scratch_empty(2 * n * hidden, like).view(2, n, hidden).unbind(0)
+    return h.data, c.data
+
+
 def _grid(n_el: int) -> tuple[int]:
     return ((n_el + _BLOCK - 1) // _BLOCK,)
 
@@ -100,7 +109,7 @@ def binary_forward(
     n, hidden = cl.shape
     cl, cr = _rows(cl), _rows(cr)
     m = _rows(mask) if mask is not None else cl  # a placeholder the kernel never reads
-    h, c = scratch_empty(2 * n * hidden, cl).view(2, n, hidden).unbind(0)
+    h, c = _outputs(n, hidden, cl)
     n_el = n * hidden
     if n_el:
         with launching_on(z):
@@ -150,7 +159,7 @@ def leaf_forward(
     n, hidden = z.shape[0], z.shape[1] // 3
     m = _rows(mask) if mask is not None else z  # placeholders the kernel never reads
     k = _rows(carry) if carry is not None else z
-    h, c = scratch_empty(2 * n * hidden, z).view(2, n, hidden).unbind(0)
+    h, c = _outputs(n, hidden, z)
     n_el = n * hidden
     if n_el:
         with launching_on(z):

@@ -7,6 +7,7 @@ taken."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import subprocess
@@ -175,3 +176,36 @@ def test_kernels_launch_on_the_tensors_gpu_not_the_current_one(
 def test_the_kernels_equal_autograd_on_a_second_gpu() -> None:
     with torch.cuda.device(0):
         assert largest_difference("cuda:1") < 2e-6
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_a_cells_outputs_can_be_modified_in_place(grad: bool) -> None:
+    # The Triton route's h and c share one block (``kernels/arena.py``); they must still be
+    # plain tensors to autograd, as the torch route's are: a view returned by an autograd
+    # Function, or made without grad and then written with grad, refuses an in-place op. Run
+    # through ``bench/stand_in.py``, which takes the wrappers' route on the CPU.
+    from foldexp.bench.stand_in import triton_stand_in
+
+    g = torch.Generator().manual_seed(0)
+    z5, z3 = torch.randn(6, 20, generator=g), torch.randn(6, 12, generator=g)
+    cl, cr, carry = (torch.randn(6, 4, generator=g) for _ in range(3))
+    w = torch.randn(6, 4, generator=g, requires_grad=True)
+    cells = [
+        lambda z: binary_state_few(z, cl, cr),
+        lambda z: leaf_state_few(z, None, carry),
+        lambda z: leaf_state_few(z),
+    ]
+    for cell, z in zip(cells, [z5, z3, z3]):
+        results = []
+        for stand_in in (True, False):
+            z = z.detach().requires_grad_(grad)
+            with triton_stand_in() if stand_in else contextlib.nullcontext():
+                with torch.set_grad_enabled(grad):
+                    h, c = cell(z)
+                h.mul_(w)
+                if not grad:  # (the Triton route saves c for its backward: autograd guards it)
+                    c.add_(w)
+                wrt = (z, w) if grad else (w,)
+                results.append([h, c, *torch.autograd.grad(h.sum() + c.sum(), wrt)])
+        for a, b in zip(*results):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
