@@ -6,7 +6,9 @@ forward, ``(dz, dc_l, dc_r)`` in the backward, at every depth group. Each alloca
 into torch's caching allocator, an op the step dispatches like a kernel (the peers' step: 36 of
 its 206). Within ``scratch_arena(name)`` (the executor opens one around each pass of a
 differentiable sweep) ``scratch_empty`` carves them out of a few large blocks instead: the first
-as large as the same pass needed last time, so a training loop allocates once per pass.
+as large as the same pass needed last time, up to 16 MiB a block, so a training loop allocates
+once per pass, or once per 16 MiB of results (the peers' step at hidden 128: 4 blocks, not 17
+allocations, in its backward).
 
 Only where the results live about as long as the pass anyway: the sweep keeps every group's
 graph (its outputs and saved tensors) until its backward, and the backward's gradients feed the
@@ -16,7 +18,10 @@ node and hidden unit more at the backward's peak, against the 7 the weight gradi
 hold there on a GPU.) Outside an arena, as under
 ``torch.no_grad`` (where a group's results die once copied into the buffers),
 ``scratch_empty`` is ``new_empty``. Regions start at multiples of 128 bytes into their block
-(whose start CUDA's allocator aligns to 512), an alignment Triton's kernels are compiled for.
+(whose start CUDA's allocator aligns to 512), an alignment Triton's kernels are compiled for;
+the wrappers (``treelstm_triton._parts``) keep it for each part they cut from a region. The size
+a pass starts with is the same pass's last, whatever model ran it: two models trained in turn
+may each grow a block once a step.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ import torch
 __all__ = ["scratch_arena", "scratch_empty"]
 
 _ALIGN_BYTES = 128
+# A block holds at most this much (a larger request gets a block of its own size): what a pass
+# sets aside beyond what it uses, allocated before its first use, stays bounded.
+_MAX_BLOCK_BYTES = 16 << 20
 _local = threading.local()
 # (pass name, device, dtype) → elements the latest arena of that name handed out
 _last_size: dict[tuple[str, torch.device, torch.dtype], int] = {}
@@ -49,7 +57,7 @@ class _Arena:
         align = max(1, _ALIGN_BYTES // like.element_size())
         start = -(-self.used // align) * align
         if block is None or start + numel > block.numel():
-            block = self._grow(max(numel, self.total), like)
+            block = self._grow(max(numel, min(self.total, _cap(like))), like)
             start = self.used = 0
         self.total += -(-numel // align) * align  # what it takes in one block, gap included
         self.used = start + numel
@@ -57,13 +65,18 @@ class _Arena:
 
     def _grow(self, numel: int, like: torch.Tensor) -> torch.Tensor:
         if self.block is None:
-            numel = max(numel, _last_size.get((self.name, like.device, like.dtype), 0))
+            last = _last_size.get((self.name, like.device, like.dtype), 0)
+            numel = max(numel, min(last, _cap(like)))
         self.block = like.new_empty(numel)
         return self.block
 
     def close(self) -> None:
         if self.block is not None:
             _last_size[(self.name, self.block.device, self.block.dtype)] = self.total
+
+
+def _cap(like: torch.Tensor) -> int:
+    return _MAX_BLOCK_BYTES // like.element_size()
 
 
 @contextmanager

@@ -86,13 +86,23 @@ def launching_on(t: torch.Tensor) -> Any:
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
-def _outputs(n: int, hidden: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(h, c)``: the two ``(n, hidden)`` halves of one scratch block, as plain tensors
+_ALIGN = 32  # float32 elements: 128 bytes, so that each part's start is aligned as Triton likes
+
+
+def _parts(like: torch.Tensor, n: int, widths: tuple[int, ...]) -> list[torch.Tensor]:
+    """Contiguous ``(n, w)`` tensors, one per width, from one scratch block
+    (``arena.scratch_empty``), each starting a multiple of 128 bytes into it, as plain tensors
     (``.data``: no op dispatched), not autograd views. A view returned by an autograd Function,
     or made without grad and written with grad, refuses in-place ops, which the torch route's
-    fresh results take; the halves never overlap, so nothing needs a view's bookkeeping."""
-    h, c = scratch_empty(2 * n * hidden, like).view(2, n, hidden).unbind(0)
-    return h.data, c.data
+    fresh results take; the parts never overlap, so nothing needs a view's bookkeeping."""
+    sizes = [n * w for w in widths]
+    padded = [-(-size // _ALIGN) * _ALIGN for size in sizes]
+    block = scratch_empty(sum(padded), like)
+    parts, at = [], 0
+    for size, step, width in zip(sizes, padded, widths):
+        parts.append(block[at : at + size].view(n, width).data)
+        at += step
+    return parts
 
 
 def _grid(n_el: int) -> tuple[int]:
@@ -109,7 +119,7 @@ def binary_forward(
     n, hidden = cl.shape
     cl, cr = _rows(cl), _rows(cr)
     m = _rows(mask) if mask is not None else cl  # a placeholder the kernel never reads
-    h, c = _outputs(n, hidden, cl)
+    h, c = _parts(cl, n, (hidden, hidden))
     n_el = n * hidden
     if n_el:
         with launching_on(z):
@@ -135,9 +145,7 @@ def binary_backward(
     n, hidden = cl.shape
     cl, cr = _rows(cl), _rows(cr)
     m = _rows(mask) if mask is not None else cl
-    widths = (5 * hidden, hidden, hidden)
-    parts = scratch_empty(7 * n * hidden, z).split_with_sizes([n * w for w in widths])
-    dz, dcl, dcr = (part.view(n, w) for part, w in zip(parts, widths))
+    dz, dcl, dcr = _parts(z, n, (5 * hidden, hidden, hidden))
     gh = dh.contiguous() if dh is not None else c  # placeholders are never read
     gc = dc.contiguous() if dc is not None else c
     n_el = n * hidden
@@ -159,7 +167,7 @@ def leaf_forward(
     n, hidden = z.shape[0], z.shape[1] // 3
     m = _rows(mask) if mask is not None else z  # placeholders the kernel never reads
     k = _rows(carry) if carry is not None else z
-    h, c = _outputs(n, hidden, z)
+    h, c = _parts(z, n, (hidden, hidden))
     n_el = n * hidden
     if n_el:
         with launching_on(z):
@@ -182,9 +190,7 @@ def leaf_backward(
     ``c`` and the output gradients (at least one given); one allocation."""
     n, hidden = z.shape[0], z.shape[1] // 3
     m = _rows(mask) if mask is not None else z
-    widths = (3 * hidden, hidden) if carry_grad else (3 * hidden,)
-    parts = scratch_empty(n * sum(widths), z).split_with_sizes([n * w for w in widths])
-    dz, *dk = (part.view(n, w) for part, w in zip(parts, widths))
+    dz, *dk = _parts(z, n, (3 * hidden, hidden) if carry_grad else (3 * hidden,))
     gh = dh.contiguous() if dh is not None else c  # placeholders are never read
     gc = dc.contiguous() if dc is not None else c
     n_el = n * hidden

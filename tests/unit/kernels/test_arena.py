@@ -52,3 +52,29 @@ def test_outside_an_arena_or_for_another_dtype_it_allocates() -> None:
             inner = scratch_empty(10, like)
         outer = scratch_empty(10, like)
     assert inner.untyped_storage().data_ptr() != outer.untyped_storage().data_ptr()
+
+
+def test_a_block_holds_at_most_its_cap(monkeypatch) -> None:
+    from foldexp.kernels import arena
+
+    monkeypatch.setattr(arena, "_MAX_BLOCK_BYTES", 4 * 1024)  # 1,024 floats
+    like = torch.empty(1)
+    for _ in range(2):  # the second pass starts from the first's size, capped
+        with scratch_arena("test.cap"):
+            parts = [scratch_empty(n, like) for n in (600, 600, 3000, 10)]
+        blocks = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in parts}
+        # 3,000 floats get a block of their own; no other block is larger than the cap
+        assert sorted(blocks.values())[-1] == 4 * 3000
+        assert all(size <= 4 * 1024 for size in sorted(blocks.values())[:-1])
+
+
+def test_the_triton_wrappers_parts_start_128_bytes_apart() -> None:
+    from foldexp.kernels.treelstm_triton import _parts
+
+    like = torch.empty(1)
+    with scratch_arena("test.parts"):
+        dz, dcl, dcr = _parts(like, 3, (5 * 7, 7, 7))  # 105 and 21 floats: not multiples of 32
+    assert [t.shape for t in (dz, dcl, dcr)] == [(3, 35), (3, 7), (3, 7)]
+    assert [t.storage_offset() % 32 for t in (dz, dcl, dcr)] == [0, 0, 0]
+    assert dz.untyped_storage().data_ptr() == dcr.untyped_storage().data_ptr()  # one block
+    assert not dz._is_view() and dz.is_contiguous()  # plain tensors for autograd
