@@ -232,9 +232,12 @@ def schedule(
         shared=np.zeros(trace.num_values, dtype=bool) if merge is not None and any(merge) else None,
     )
     _place_constants(trace, lay)  # step 1: constants first in each type's buffer
+    # per op, as arrays once: the sinks' pass and the buckets both read them
+    firsts = [int64_array(f) for f in trace.op_first]
+    all_args = [int64_array(a) for a in trace.op_args]
     if steps is None and sinks_last:
-        steps = depths_with_sinks_last(trace)
-    by_depth, out_tids, max_depth = _bucket_by_depth(trace, steps, lay)  # step 2
+        steps = depths_with_sinks_last(trace, firsts, all_args)
+    by_depth, out_tids, max_depth = _bucket_by_depth(trace, steps, firsts, all_args, lay)
     while len(lay.cursor) < len(trace.types):  # types first seen as op outputs
         lay.cursor.append(0)
         lay.constants.append(None)
@@ -252,7 +255,7 @@ def schedule(
         outputs=outputs,
         metrics=metrics,
         num_inputs=int(out_vids.shape[0]),
-        max_depth=trace.max_depth if steps is not None else max_depth,
+        max_depth=trace.max_depth if order == "agenda" else max_depth,
         op_names=[op.name for op in trace.ops],
     )
 
@@ -286,9 +289,14 @@ def _place_constants(trace: Trace | BatchTrace, lay: _Layout) -> None:
 
 
 def _bucket_by_depth(
-    trace: Trace | BatchTrace, steps: list[np.ndarray] | None, lay: _Layout
+    trace: Trace | BatchTrace,
+    steps: list[np.ndarray] | None,
+    firsts: list[np.ndarray],
+    all_args: list[np.ndarray],
+    lay: _Layout,
 ) -> tuple[dict[int, list[_Bucket]], list[list[int]], int]:
-    """Each op's invocations bucketed by depth (or agenda step), input order kept inside.
+    """Each op's invocations bucketed by depth (or agenda step), input order kept inside
+    (step 2); ``firsts`` and ``all_args``: each op's first output ids and flat arguments.
 
     Returns the buckets per depth, each op's output type ids, and the deepest invocation's depth
     (the trace's own ``max_depth`` walks every value).
@@ -302,8 +310,8 @@ def _bucket_by_depth(
             continue
         depth = steps[i] if steps is not None else int64_array(trace.op_depth[i])
         max_depth = max(max_depth, int(depth.max()))
-        first = int64_array(trace.op_first[i])
-        args = int64_array(trace.op_args[i]).reshape(len(depth), len(op.in_types))
+        first = firsts[i]
+        args = all_args[i].reshape(len(depth), len(op.in_types))
         if op.id_limit is not None:
             tid = trace.type_ids.get(op.in_types[0], -1)
             check_ids(op, args[:, 0], lay.row, lay.row_values.get(tid))

@@ -27,8 +27,11 @@ if TYPE_CHECKING:
 __all__ = ["depths_with_sinks_last"]
 
 
-def depths_with_sinks_last(trace: Trace | BatchTrace) -> list[np.ndarray]:
-    """Per op, the depth each invocation runs at (see the module doc)."""
+def depths_with_sinks_last(
+    trace: Trace | BatchTrace, firsts: list[np.ndarray], all_args: list[np.ndarray]
+) -> list[np.ndarray]:
+    """Per op, the depth each invocation runs at (see the module doc); ``firsts`` and
+    ``all_args``: each op's first output ids and flat arguments, as ``schedule`` converted them."""
     arrays = [int64_array(d) for d in trace.op_depth]
     sizes = [len(d) for d in arrays]
     if not any(sizes):
@@ -37,12 +40,12 @@ def depths_with_sinks_last(trace: Trace | BatchTrace) -> list[np.ndarray]:
     read = np.zeros(trace.num_values, dtype=bool)
     for i, op in enumerate(trace.ops):
         if sizes[i] and op.in_types:
-            read[int64_array(trace.op_args[i])] = True
+            read[all_args[i]] = True
     depths = []
     for i, op in enumerate(trace.ops):
         depth = arrays[i]
         if sizes[i] and not op.is_random():
-            first = int64_array(trace.op_first[i])
+            first = firsts[i]
             sink = np.ones(sizes[i], dtype=bool)
             for k in range(op.n_out):
                 sink &= ~read[first + k]
