@@ -57,7 +57,7 @@ from foldexp.executor.calls import (
 from foldexp.executor.replay import run_kept
 from foldexp.kernels import WeightGradients, collecting_weight_gradients
 from foldexp.kernels.arena import scratch_arena
-from foldexp.kernels.scatter import index_add_parts, parts_apart
+from foldexp.kernels.scatter import NATIVE_ELEMENTS, index_add_parts
 
 __all__ = ["execute"]
 
@@ -93,10 +93,10 @@ def _arguments(
 
     A large gather's arguments are each their own leaf: the gathered block's backward would
     concatenate their gradients only to scatter them again (peers step: 2.2 ms), and
-    ``index_add_parts`` adds them where they lie in one pass. A small one is one leaf, split:
-    there the concatenation is cheaper than a leaf per argument (SST step: 0.3 ms; on an H200,
-    a leaf per argument and a Triton scatter made SST's epoch 1.4 s slower).
-    ``scatter.parts_apart`` decides."""
+    ``index_add_parts`` adds them where they lie in one pass. A small one (below
+    ``NATIVE_ELEMENTS``) is one leaf, split: there the concatenation is cheaper than a leaf
+    per argument (SST step: 0.3 ms; on an H200, a leaf per argument and a Triton scatter made
+    SST's epoch 1.4 s slower)."""
     args: list[Any] = [None] * len(op.in_types)
     for ga in group.gathers:
         x = read(bufs[ga.tid], ga.rows)
@@ -106,7 +106,7 @@ def _arguments(
             # would then fail autograd's check on this saved input (even integer ids an
             # embedding saves), so the graph gets its own copy.
             x = x.clone()
-        separate = grad and len(ga.positions) > 1 and parts_apart(x)
+        separate = grad and len(ga.positions) > 1 and x.numel() >= NATIVE_ELEMENTS
         if grad and not separate:
             leaves.append(x.requires_grad_())  # type: ignore[union-attr]
         if spans is not None:

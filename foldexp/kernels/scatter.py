@@ -24,7 +24,7 @@ import torch
 
 from foldexp.kernels.native import fused_cells_enabled, load_kernels, transforms_active
 
-__all__ = ["index_add_parts", "parts_apart"]
+__all__ = ["index_add_parts"]
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
@@ -32,13 +32,6 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 # is small there, and at SST's groups (4 x 47 rows of 150) the kernel measured slower in a
 # training step (29 against 25 us a call), though not alone.
 NATIVE_ELEMENTS = 1 << 16
-
-
-def parts_apart(block: torch.Tensor) -> bool:
-    """Whether a gathered ``block`` of several arguments should reach ``index_add_parts`` as
-    one gradient per argument, each read where it lies (from ``NATIVE_ELEMENTS`` elements, where
-    the C++ kernel serves), rather than as the block's one gradient."""
-    return block.numel() >= NATIVE_ELEMENTS
 
 
 def index_add_parts(
