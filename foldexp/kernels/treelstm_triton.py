@@ -1,4 +1,5 @@
-"""The binary Tree-LSTM state update as one Triton kernel each way, for CUDA.
+"""The Tree-LSTM state updates (binary; leaf and child-sum) as one Triton kernel each way, for
+CUDA; the kernels are in ``triton_kernels``.
 
 On a GPU the update's cost is launches, not arithmetic: ``treelstm_few`` computes it in 7 torch
 ops forward and 10 backward, each a kernel launch and some microseconds of host time, for a few
@@ -7,7 +8,12 @@ thousand elements a depth. Here the whole update is one kernel forward and one b
 - forward: each element ``(r, j)`` reads the five gate inputs ``z[r, j + kH]`` and the
   children's memories, and writes ``c = i u + f_l c_l + f_r c_r`` and ``h = o tanh(c)``;
 - backward: from ``z``, the children's memories and ``c`` (saved: nothing else is kept) it
-  recomputes the gates and writes ``dz`` (all five gates' columns), ``dc_l`` and ``dc_r``.
+  recomputes the gates and writes ``dz`` (all five gates' columns), ``dc_l`` and ``dc_r``;
+- the leaf's (gates i, o, u; a child-sum node adds its carried memory to ``c``) the same way,
+  writing ``dz`` and the carry's gradient.
+
+Each call's results are parts of one block from ``arena.scratch_empty`` (none allocated where
+the executor opened an arena for the pass).
 
 Arithmetic is in float32 (the route takes float32 tensors only); ``tanh`` is
 ``2 sigmoid(2x) - 1``, which agrees with torch's to about 2e-7 absolute. Triton is imported, and
@@ -44,7 +50,8 @@ _enabled = True
 
 
 def triton_cells_enabled() -> bool:
-    """Whether CUDA's float32 binary updates take the Triton kernels (when Triton is present)."""
+    """Whether CUDA's float32 Tree-LSTM updates take the Triton kernels (when Triton is
+    present)."""
     return _enabled
 
 
