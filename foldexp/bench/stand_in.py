@@ -96,36 +96,26 @@ def _leaf_backward(grid, z, m, c, dh, dc, dz, dk, *sizes, HAS_MASK, HAS_DH, HAS_
 
 
 def _native(lib: Any, name: str, torch_compute: Callable[..., None]) -> Callable[..., None]:
-    """``torch_compute``, or where every tensor is contiguous the C++ kernel ``name`` (the same
-    arithmetic: ``kernels/fused_cells.cpp``), taking the launch's arguments."""
+    """The binary update's launch ``name`` (``forward``, ``backward``) as the C++ kernel (the
+    same arithmetic: ``kernels/fused_cells.cpp``) where its tensors are contiguous, else
+    ``torch_compute``. (The leaf's launches keep torch's ops: one group of the peers' 18.)"""
 
     def compute(grid, *args, **flags):  # noqa: ANN001, ANN202
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        if not all(t.is_contiguous() for t in tensors) or flags.get("HAS_CARRY"):
+        if not all(a.is_contiguous() for a in args if isinstance(a, torch.Tensor)):
             return torch_compute(grid, *args, **flags)
-        ptr = {True: lambda t: t.data_ptr(), False: lambda t: None}
+        z, cl, cr, m = args[:4]
+        n, hidden = cl.shape
+        mask = m.data_ptr() if flags["HAS_MASK"] else None
         if name == "forward":
-            z, cl, cr, m, h, c = args[:6]
-            lib.binary_forward(cl.shape[0], cl.shape[1], z.data_ptr(), cl.data_ptr(),
-                               cr.data_ptr(), ptr[flags["HAS_MASK"]](m), h.data_ptr(),
-                               c.data_ptr())  # fmt: skip
-        elif name == "backward":
-            z, cl, cr, m, _c, dh, dc, dz, dcl, dcr = args[:10]
-            lib.binary_backward(cl.shape[0], cl.shape[1], z.data_ptr(), cl.data_ptr(),
-                                cr.data_ptr(), ptr[flags["HAS_MASK"]](m),
-                                ptr[flags["HAS_DH"]](dh), ptr[flags["HAS_DC"]](dc),
-                                dz.data_ptr(), dcl.data_ptr(), dcr.data_ptr())  # fmt: skip
-        elif name == "leaf_forward":
-            z, m, _k, h, c = args[:5]
-            lib.leaf_forward(h.shape[0], h.shape[1], z.data_ptr(), ptr[flags["HAS_MASK"]](m),
-                             None, h.data_ptr(), c.data_ptr())  # fmt: skip
-        else:
-            z, m, c, dh, dc, dz, _dk = args[:7]
-            if flags["HAS_DK"]:
-                return torch_compute(grid, *args, **flags)
-            lib.leaf_backward(c.shape[0], c.shape[1], z.data_ptr(), ptr[flags["HAS_MASK"]](m),
-                              None, ptr[flags["HAS_DH"]](dh), ptr[flags["HAS_DC"]](dc),
-                              dz.data_ptr(), None)  # fmt: skip
+            h, c = args[4:6]
+            lib.binary_forward(n, hidden, z.data_ptr(), cl.data_ptr(), cr.data_ptr(), mask,
+                               h.data_ptr(), c.data_ptr())  # fmt: skip
+            return None
+        dh, dc, dz, dcl, dcr = args[5:10]
+        lib.binary_backward(n, hidden, z.data_ptr(), cl.data_ptr(), cr.data_ptr(), mask,
+                            dh.data_ptr() if flags["HAS_DH"] else None,
+                            dc.data_ptr() if flags["HAS_DC"] else None,
+                            dz.data_ptr(), dcl.data_ptr(), dcr.data_ptr())  # fmt: skip
         return None
 
     return compute
@@ -143,15 +133,16 @@ _COMPUTE = {
 def triton_stand_in(native: bool = False) -> Iterator[None]:
     """CUDA's Triton route on any device, for float32 tensors with the switch on
     (``set_triton_cells_enabled``); each launch one counted op (see the module doc). With
-    ``native`` (and foldexp's C++ kernels built), a launch on contiguous CPU tensors runs the
-    CPU's own one-kernel update instead of torch's ops: what a step of this route costs the host
-    when an update is one kernel call, as on CUDA."""
+    ``native`` (and foldexp's C++ kernels built), a binary update's launch on contiguous CPU
+    tensors runs the CPU's own one-kernel update instead of torch's ops: what a step of this
+    route costs the host when an update is one kernel call, as on CUDA."""
     from foldexp.kernels import treelstm_few, treelstm_triton
     from foldexp.kernels.native import load_kernels
 
     lib = load_kernels() if native else None
+    native_names = ("forward", "backward") if lib is not None else ()
     kernels = SimpleNamespace(**{
-        name: _Launch(name, compute if lib is None else _native(lib, name, compute))
+        name: _Launch(name, _native(lib, name, compute) if name in native_names else compute)
         for name, compute in _COMPUTE.items()
     })  # fmt: skip
 
