@@ -16,7 +16,8 @@ as on CUDA, prints for the engine (traces cached) and the hand-written level-by-
   (host-to-device copies, counted with the model on the ``meta`` device);
 - the step's time at ``--small-hidden`` on 1 thread, where the time is almost all overhead:
   medians over ``--repeats`` after a warm-up, and the level/engine ratios (same process); the
-  engine both with torch's ops for the updates and with one kernel call each way, as on CUDA
+  engine both with torch's ops for the updates and with one kernel call each way for the binary
+  update (the peers' 17 groups of 18), as on CUDA
   (the CPU's C++ update standing in for the Triton launch: ``stand_in.triton_stand_in``).
 
 Every figure above is measured on the CPU; no GPU is needed. With ``--device cuda`` it measures
@@ -48,7 +49,8 @@ _COUNTED = [
 
 
 # (step, label, route) timed at the small width: the engine with torch's ops for the updates and
-# with one kernel call each way (the CPU's C++ update standing in for CUDA's Triton launch)
+# with one kernel call each way for the binary update (the CPU's C++ update standing in for
+# CUDA's Triton launch)
 _TIMED = [
     ("engine", "engine, ops", contextlib.nullcontext),
     ("engine", "engine, one-kernel cells", lambda: triton_stand_in(native=True)),
