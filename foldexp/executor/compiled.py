@@ -132,6 +132,8 @@ class Compiler(nn.Module):
         if schedule_order not in ORDERS:
             raise ValueError(f"schedule_order={schedule_order!r}; expected one of {ORDERS}")
         self.fuse_ops, self.schedule_order = fuse_ops, schedule_order
+        if sinks_last not in (None, True, False):
+            raise ValueError(f"sinks_last={sinks_last!r}; expected True, False or None (auto)")
         self.sinks_last = sinks_last
         self.merge_duplicates = merge_duplicates
         self.ops = collect_ops(root, fuse=fuse_ops)

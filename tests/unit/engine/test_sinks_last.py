@@ -7,6 +7,7 @@ every invocation still runs after its arguments; the CPU keeps the paper's depth
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import foldexp.blocks as fb
@@ -70,6 +71,11 @@ def test_a_random_sink_keeps_its_depths(rng) -> None:
     assert len(_calls(compiler, trees, "Sequential")) == len({_height(t) for t in trees})
     compiler.eval()  # no longer random: one call
     assert _calls(compiler, trees, "Sequential") == [compiler.build(trees).max_depth]
+
+
+def test_sinks_last_takes_true_false_or_none() -> None:
+    with pytest.raises(ValueError, match=r"sinks_last='yes'; expected True, False or None"):
+        Compiler(_classifier(torch.nn.Linear(6, 3)), sinks_last="yes")
 
 
 def test_a_gpu_model_runs_sinks_last_and_a_cpu_model_the_papers_depths(rng) -> None:
