@@ -5,8 +5,9 @@ Usage: python benchmarks/step_overhead.py [--trees 256] [--leaves 64] [--hidden 
 
 For the peers' workload (``bench=peers``: random binary trees, the Tree-LSTM of
 ``foldexp/bench/peer_torch.py``) with foldexp's CPU-only kernels off (fused C++ cells, oneDNN),
-as on CUDA, prints for the engine (traces cached) and the hand-written level-by-level batching
-(``level``):
+as on CUDA, prints for the engine (traces cached), the hand-written level-by-level batching
+(``level``) and the floor under both (``floor``: the engine's calls alone, backward by hand,
+``foldexp/bench/floor.py``):
 
 - ops per step: aten ops dispatched by one forward + backward (``TorchDispatchMode``), views
   apart (they launch no kernel), and the most frequent of the others; the engine's both where
@@ -14,17 +15,19 @@ as on CUDA, prints for the engine (traces cached) and the hand-written level-by-
   each launch counted as one op (``foldexp/bench/stand_in.py``);
 - syncs per step (``aten._local_scalar_dense``: a read that waits for the device) and uploads
   (host-to-device copies, counted with the model on the ``meta`` device);
-- the step's time at ``--small-hidden`` on 1 thread, where the time is almost all overhead:
-  medians over ``--repeats`` after a warm-up, and the level/engine ratios (same process); the
-  engine both with torch's ops for the updates and with one kernel call each way for the binary
-  update (the peers' 17 groups of 18), as on CUDA
-  (the CPU's C++ update standing in for the Triton launch: ``stand_in.triton_stand_in``).
+- the step's time at ``--small-hidden`` on 1 thread: medians over ``--repeats`` after a
+  warm-up, the level/engine and level/floor ratios (same process), and the engine's time above
+  the floor (its own overhead); the engine both with torch's ops for the updates and with one
+  kernel call each way for the binary update (the peers' 17 groups of 18), as on CUDA (the
+  CPU's C++ update standing in for the Triton launch: ``stand_in.triton_stand_in``).
 
 Every figure above is measured on the CPU; no GPU is needed. With ``--device cuda`` it measures
 the same steps on the GPU instead: aten ops (not views) and kernels and memory copies launched
 per step (torch's profiler), the time the GPU was busy, the step's wall time (median, the
 device synchronized), and whether the engine's step runs under
-``torch.cuda.set_sync_debug_mode("error")``.
+``torch.cuda.set_sync_debug_mode("error")``; the engine with its Triton kernels launched
+directly (``kernels/triton_launch.py``), through Triton's own call (``tr. call``) and with
+torch's ops for the updates.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ _COUNTED = [
     ("engine", "engine, ops", contextlib.nullcontext),
     ("engine", "engine, triton", triton_stand_in),
     ("level", "level", contextlib.nullcontext),
+    ("floor", "floor", contextlib.nullcontext),
 ]
 
 
@@ -54,6 +58,7 @@ _COUNTED = [
 _TIMED = [
     ("engine", "engine, ops", contextlib.nullcontext),
     ("engine", "engine, one-kernel cells", lambda: triton_stand_in(native=True)),
+    ("floor", "floor", contextlib.nullcontext),
     ("level", "level", contextlib.nullcontext),
 ]
 
@@ -98,19 +103,31 @@ def on_cuda(args: argparse.Namespace) -> None:
         f"{'':14} {'hidden':>6} {'ops':>5} {'kernels':>8} {'copies':>6} {'busy ms':>8} "
         f"{'step ms':>8}  syncs"
     )
-    runs = [("engine", True), ("engine", False), ("level", True)]
+    try:
+        from foldexp.kernels.triton_launch import set_direct_launch_enabled
+    except ImportError:  # a foldexp from before the direct launches
+        set_direct_launch_enabled = None
+    # (step, label, Triton cells, direct launches)
+    runs = [("engine", "engine, triton", True, True), ("engine", "engine, ops", False, True),
+            ("level", "level", True, True)]  # fmt: skip
+    if set_direct_launch_enabled is not None:
+        runs[1:1] = [("engine", "engine, tr. call", True, False)]
+        runs += [("floor", "floor", True, True)]
     if set_triton_cells_enabled is None:
-        runs = [("engine", False), ("level", False)]
+        runs = [("engine", "engine, ops", False, True), ("level", "level", False, True)]
     for hidden in (args.hidden, args.small_hidden):
-        for name, triton in runs:
+        for name, label, triton, direct in runs:
             if set_triton_cells_enabled is not None:
                 set_triton_cells_enabled(triton)
-            label = f"{name}{'' if name == 'level' else ', triton' if triton else ', ops'}"
+            if set_direct_launch_enabled is not None:
+                set_direct_launch_enabled(direct)
             step = peers_step(name, hidden=hidden, device="cuda", **shape)
             med, _, _ = _median_seconds(step, args.repeats, torch.cuda.synchronize)
             k = count_kernels(step)
             ops = count_ops(step).not_views  # aten ops; Triton's launches are kernels only
-            syncs = _syncs_allowed(step) if name == "engine" else "reads its loss"
+            syncs = {"engine": _syncs_allowed, "level": lambda _: "reads its loss"}.get(
+                name, lambda _: "-"
+            )(step)
             print(
                 f"{label:14} {hidden:6d} {ops:5d} {k.launches:8d} {k.copies:6d} "
                 f"{k.busy_us / 1e3:8.2f} {1e3 * med:8.2f}  {syncs}"
@@ -119,6 +136,8 @@ def on_cuda(args: argparse.Namespace) -> None:
                 print(f"{'':23} top: {k.top()}")
     if set_triton_cells_enabled is not None:
         set_triton_cells_enabled(True)
+    if set_direct_launch_enabled is not None:
+        set_direct_launch_enabled(True)
 
 
 def main() -> None:
@@ -145,9 +164,9 @@ def main() -> None:
                 step()
                 step()  # traces cached, buffers sized: a step as an epoch's later ones are
                 c = count_ops(step)
-                meta = peers_step(name, hidden=args.hidden, device="meta", **shape)
                 uploads = "-"
-                if name == "engine":  # the level peer reads its loss: no meta run for it
+                if name == "engine":  # level reads its loss, the floor needs a kernel: no meta
+                    meta = peers_step(name, hidden=args.hidden, device="meta", **shape)
                     meta()
                     uploads = str(count_ops(meta).uploads)
             print(
@@ -162,8 +181,12 @@ def main() -> None:
                 med, lo, hi = _median_seconds(step, args.repeats)
             medians[label] = med
             print(f"{label:24} {1e3 * med:6.1f} ({1e3 * lo:.1f}-{1e3 * hi:.1f})")
-        for label, _ in list(medians.items())[:-1]:
+        for label in [k for k in medians if k != "level"]:
             print(f"level / {label}: {medians['level'] / medians[label]:.2f}x")
+        floor = medians["floor"]
+        for label in [k for k in medians if k.startswith("engine")]:
+            own = 1e3 * (medians[label] - floor)
+            print(f"{label} - floor (the engine's own overhead): {own:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ the calling thread), the views among them (no kernel), the host syncs
 tensor on another device: run the step with the model on ``meta`` to count them without a GPU).
 
 ``peers_step`` builds the peers' workload (``bench=peers``: random binary trees, the
-Tree-LSTM of ``peer_torch``) as one step of the engine (traces cached) or of the hand-written
-level-by-level batching, on the route a CUDA run takes (foldexp's CPU-only kernels off).
+Tree-LSTM of ``peer_torch``) as one step of the engine (traces cached), of the hand-written
+level-by-level batching, or of the floor under both (``floor.py``), on the route a CUDA run
+takes (foldexp's CPU-only kernels off).
 
 On a CPU, ``stand_in.triton_stand_in`` completes that route: the Triton kernels' launches are
 computed by torch ops hidden from ``count_ops``, each counted as one op.
@@ -181,8 +182,9 @@ def peers_step(
     seed: int = 0,
 ) -> Callable[[], Any]:
     """One training step (forward, loss, backward) of the peers' workload by ``engine``
-    (traces cached; the loss left unread on the device) or ``level`` (as ``bench=peers`` runs
-    it, reading the loss); the model on ``device``, as the step's ``module``."""
+    (traces cached; the loss left unread on the device), ``level`` (as ``bench=peers`` runs
+    it, reading the loss) or ``floor`` (the fewest calls, backward by hand: ``floor.py``); the
+    model on ``device``, as the step's ``module``."""
     from foldexp import Compiler
     from foldexp.bench import peer_torch
     from foldexp.bench.trees import make_trees
@@ -208,6 +210,14 @@ def peers_step(
 
         engine.module = m  # type: ignore[attr-defined]
         return engine
+    if name == "floor":
+        from foldexp.bench.floor import floor_step
+
+        fewest = floor_step(m, batch, labels)
+        if fewest is None:
+            raise ValueError(f"peers_step: no floor on {device}: no update kernel serves it")
+        fewest.module = m  # type: ignore[attr-defined]
+        return fewest
     if name == "level":
         step, _ = peer_torch.IMPLS["level"](m, batch, labels)
 
@@ -217,4 +227,4 @@ def peers_step(
 
         level.module = m  # type: ignore[attr-defined]
         return level
-    raise ValueError(f"peers_step: {name!r}; expected engine or level")
+    raise ValueError(f"peers_step: {name!r}; expected engine, level or floor")

@@ -1,0 +1,211 @@
+"""The floor under a step: the peers' Tree-LSTM step as the fewest calls, backward by hand.
+
+On CUDA's route the engine runs each depth of the peers' step as: one gather of the children's
+states, the gates' product, one update kernel; and backward, the update's kernel, one product
+and the gradients' scatters; the weights' products once at the end. ``floor_step`` issues those
+calls and nothing else: no autograd graph (the backward is written out), no engine bookkeeping,
+every buffer allocated once, outside the step, the batch's structure known in advance. What it
+costs is what the calls themselves cost at these sizes (on a CPU their arithmetic, on a GPU
+mostly their launches), so ``step_overhead`` reads the engine's step minus the floor as the
+engine's own overhead, and level / floor as the most any executor issuing these calls from
+Python could reach against the level batching.
+
+The update kernels are the CPU's C++ ones (``kernels/fused_cells.cpp``) or CUDA's Triton ones
+(``kernels/triton_kernels.py``), the same arithmetic; where neither is present there is no
+floor. The loss and every gradient equal the engine's to float rounding
+(``tests/unit/bench/test_floor.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from foldexp.bench.overhead import counting
+
+__all__ = ["floor_step"]
+
+_BLOCK = 512  # Triton's elements per program, as treelstm_triton's
+
+
+class _CppUpdates:
+    """The CPU's update kernels on contiguous float32 rows, by pointer; each call one op in
+    ``count_ops``'s count in progress (a C call dispatches nothing it could see)."""
+
+    def __init__(self, lib: Any) -> None:
+        self.lib = lib
+
+    def binary(self, z, cl, cr, h, c) -> None:  # noqa: ANN001
+        _counted("binary_forward")
+        p = _pointers(z, cl, cr, h, c)
+        self.lib.binary_forward(len(cl), cl.shape[1], p[0], p[1], p[2], None, p[3], p[4])
+
+    def binary_back(self, z, cl, cr, c, dh, dc, dz, dcl, dcr) -> None:  # noqa: ANN001
+        _counted("binary_backward")
+        p = _pointers(z, cl, cr, dh, dc, dz, dcl, dcr)
+        self.lib.binary_backward(len(cl), cl.shape[1], p[0], p[1], p[2], None, *p[3:])
+
+    def leaf(self, z, h, c) -> None:  # noqa: ANN001
+        _counted("leaf_forward")
+        p = _pointers(z, h, c)
+        self.lib.leaf_forward(len(z), h.shape[1], p[0], None, None, p[1], p[2])
+
+    def leaf_back(self, z, c, dh, dc, dz) -> None:  # noqa: ANN001
+        _counted("leaf_backward")
+        p = _pointers(z, dh, dc, dz)
+        self.lib.leaf_backward(len(z), c.shape[1], p[0], None, None, *p[1:], None)
+
+
+class _TritonUpdates:
+    """CUDA's update kernels (``triton_kernels``), launched as ``treelstm_triton`` does."""
+
+    def __init__(self) -> None:
+        from foldexp.kernels import triton_kernels
+        from foldexp.kernels.triton_launch import launch
+
+        self.k, self.launch = triton_kernels, launch
+
+    def _go(self, kernel: Any, like: torch.Tensor, *args: Any, **flags: Any) -> None:
+        n_el = like.numel()
+        grid = ((n_el + _BLOCK - 1) // _BLOCK,)
+        self.launch(kernel, grid, *args, n_el, like.shape[1], *flags.pop("strides"),
+                    BLOCK=_BLOCK, **flags)  # fmt: skip
+
+    def binary(self, z, cl, cr, h, c) -> None:  # noqa: ANN001
+        s = (z.stride(0), cl.stride(0), cr.stride(0), cl.stride(0))
+        self._go(self.k.forward, cl, z, cl, cr, cl, h, c, strides=s, HAS_MASK=False)
+
+    def binary_back(self, z, cl, cr, c, dh, dc, dz, dcl, dcr) -> None:  # noqa: ANN001
+        s = (z.stride(0), cl.stride(0), cr.stride(0), cl.stride(0))
+        self._go(self.k.backward, cl, z, cl, cr, cl, c, dh, dc, dz, dcl, dcr, strides=s,
+                 HAS_MASK=False, HAS_DH=True, HAS_DC=True)  # fmt: skip
+
+    def leaf(self, z, h, c) -> None:  # noqa: ANN001
+        s = (z.stride(0), z.stride(0), z.stride(0))
+        self._go(self.k.leaf_forward, h, z, z, z, h, c, strides=s, HAS_MASK=False,
+                 HAS_CARRY=False)  # fmt: skip
+
+    def leaf_back(self, z, c, dh, dc, dz) -> None:  # noqa: ANN001
+        s = (z.stride(0), z.stride(0))
+        self._go(self.k.leaf_backward, c, z, z, c, dh, dc, dz, c, strides=s, HAS_MASK=False,
+                 HAS_DH=True, HAS_DC=True, HAS_DK=False)  # fmt: skip
+
+
+def _counted(name: str) -> None:
+    if counting:
+        counting[-1].ops[f"native.{name}"] += 1
+
+
+def _numbered(trees: list) -> tuple[list[int], list[list[tuple[int, int]]], list[int]]:
+    """The batch numbered as the level batching numbers it: leaves first (their words), then
+    each height's ``(left, right)`` pairs, consecutively; and each tree's root."""
+    height: dict[int, int] = {}
+    words: list[int] = []
+    by_height: list[list[Any]] = []
+    number: dict[int, int] = {}
+    for tree in trees:
+        stack: list[tuple[Any, bool]] = [(tree, False)]
+        while stack:  # children before parents
+            node, ready = stack.pop()
+            if len(node) == 1:
+                height[id(node)], number[id(node)] = 0, len(words)
+                words.append(node[0])
+            elif not ready:
+                stack += [(node, True), (node[1], False), (node[0], False)]
+            else:
+                h = 1 + max(height[id(node[0])], height[id(node[1])])
+                height[id(node)] = h
+                by_height += [[] for _ in range(h - len(by_height))]
+                by_height[h - 1].append(node)
+    pairs, at = [], len(words)
+    for level in by_height:
+        pairs.append([(number[id(n[0])], number[id(n[1])]) for n in level])
+        for n in level:
+            number[id(n)], at = at, at + 1
+    return words, pairs, [number[id(t)] for t in trees]
+
+
+def _pointers(*ts: torch.Tensor) -> list[int]:
+    assert all(t.is_contiguous() for t in ts)
+    return [t.data_ptr() for t in ts]
+
+
+def _updates(device: torch.device) -> Any:
+    if device.type == "cuda":
+        from foldexp.kernels.treelstm_triton import _triton_present
+
+        return _TritonUpdates() if _triton_present() else None
+    from foldexp.kernels.native import load_kernels
+
+    lib = load_kernels()
+    return _CppUpdates(lib) if lib is not None and device.type == "cpu" else None
+
+
+def floor_step(m: Any, trees: list, labels: torch.Tensor) -> Callable[[], torch.Tensor] | None:
+    """One training step of the peers' workload (``peer_torch.TreeLSTMParams`` ``m``, float32)
+    as the fewest calls (see the module doc): returns the loss and leaves every parameter's
+    gradient in its ``.grad``; ``None`` where no update kernel serves ``m``'s device."""
+    device = m.out.weight.device
+    updates = _updates(device)
+    if updates is None:
+        return None
+    word_ids, levels, root_ids = _numbered(trees)
+    hidden = m.cell.hidden_size
+    n_leaves, n_nodes = len(word_ids), len(word_ids) + sum(len(p) for p in levels)
+    words = torch.tensor(word_ids, device=device)
+    roots = torch.tensor(root_ids, device=device)
+    depths, start = [], n_leaves
+    for pairs in levels:  # children interleaved (l0, r0, l1, ...) and as [left; right]
+        both = torch.tensor(pairs, device=device)
+        depths.append((start, start + len(pairs), both.reshape(-1), both.T.reshape(-1)))
+        start += len(pairs)
+    inner = n_nodes - n_leaves
+    new = lambda *shape: torch.empty(shape, device=device)  # noqa: E731
+    hs, cs, x_all, z_all, cc_all = new(n_nodes, hidden), new(n_nodes, hidden), \
+        new(inner, 2 * hidden), new(inner, 5 * hidden), new(inner, 2 * hidden)  # fmt: skip
+    dz_all, dcc, dzl = new(inner, 5 * hidden), new(2 * inner, hidden), new(n_leaves, 3 * hidden)
+    rows = torch.arange(len(root_ids), device=device)
+    emb, leaf, cell, out = m.embed.weight, m.leaf.gates, m.cell.gates, m.out
+
+    def step() -> torch.Tensor:
+        with torch.no_grad():
+            e = emb.index_select(0, words)
+            zl = torch.addmm(leaf.bias, e, leaf.weight.t())
+            updates.leaf(zl, hs[:n_leaves], cs[:n_leaves])
+            for s, t, inter, lr in depths:
+                n, o = t - s, s - n_leaves
+                x, z, cc = x_all[o : o + n], z_all[o : o + n], cc_all[o : o + n].view(2 * n, -1)
+                torch.index_select(hs, 0, inter, out=x.view(2 * n, hidden))
+                torch.index_select(cs, 0, lr, out=cc)
+                torch.addmm(cell.bias, x, cell.weight.t(), out=z)
+                updates.binary(z, cc[:n], cc[n:], hs[s:t], cs[s:t])
+            top = hs.index_select(0, roots)
+            logits = torch.addmm(out.bias, top, out.weight.t())
+            loss = torch.nn.functional.cross_entropy(logits, labels)
+            # backward, by hand: d loss / d logits = (softmax - one-hot) / batch
+            dl = logits.softmax(1)
+            dl[rows, labels] -= 1.0
+            dl /= len(root_ids)
+            dh, dc = torch.zeros_like(hs), torch.zeros_like(cs)
+            dh.index_add_(0, roots, dl.mm(out.weight))
+            for s, t, inter, lr in reversed(depths):
+                n, o = t - s, s - n_leaves
+                cc, dz, d2 = cc_all[o : o + n].view(2 * n, -1), dz_all[o : o + n], dcc[: 2 * n]
+                updates.binary_back(z_all[o : o + n], cc[:n], cc[n:], cs[s:t], dh[s:t], dc[s:t],
+                                    dz, d2[:n], d2[n:])  # fmt: skip
+                dh.index_add_(0, inter, dz.mm(cell.weight).view(2 * n, hidden))
+                dc.index_add_(0, lr, d2)
+            updates.leaf_back(zl, cs[:n_leaves], dh[:n_leaves], dc[:n_leaves], dzl)
+            grads = {
+                out.weight: dl.t().mm(top), out.bias: dl.sum(0),
+                cell.weight: dz_all.t().mm(x_all), cell.bias: dz_all.sum(0),
+                leaf.weight: dzl.t().mm(e), leaf.bias: dzl.sum(0),
+                emb: torch.zeros_like(emb).index_add_(0, words, dzl.mm(leaf.weight)),
+            }  # fmt: skip
+            for p, g in grads.items():
+                p.grad = g
+        return loss
+
+    return step

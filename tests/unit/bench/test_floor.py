@@ -1,0 +1,69 @@
+"""``floor_step``: the peers' step as the fewest calls, backward by hand, must compute what the
+engine computes (the loss and every parameter's gradient), with the CPU's C++ update kernels,
+CUDA's Triton ones in Triton's interpreter, and on a GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from foldexp.bench import floor
+from foldexp.bench.overhead import peers_step
+from foldexp.kernels.native import load_kernels
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def largest_difference(device: str = "cpu", trees: int = 12, leaves: int = 9) -> float:
+    """The largest difference between the engine's and the floor's loss and gradients."""
+    engine = peers_step("engine", trees=trees, leaves=leaves, hidden=6, device=device)
+    loss = engine()
+    m = engine.module  # type: ignore[attr-defined]
+    want = {name: p.grad.clone() for name, p in m.named_parameters()}
+    cells = dict(zip(engine.__code__.co_freevars, (c.cell_contents for c in engine.__closure__)))
+    step = floor.floor_step(m, cells["batch"], cells["labels"])
+    assert step is not None
+    m.zero_grad(set_to_none=True)
+    worst = (step() - loss).abs().item()
+    for name, p in m.named_parameters():
+        worst = max(worst, (p.grad - want[name]).abs().max().item())
+    return worst
+
+
+@pytest.mark.skipif(load_kernels() is None, reason="foldexp's C++ kernels are not built")
+def test_the_floor_computes_the_engines_loss_and_gradients() -> None:
+    assert largest_difference() < 1e-5
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
+def test_the_floor_with_tritons_kernels_in_the_interpreter() -> None:
+    here = str(Path(__file__).parent)
+    code = (
+        f"import sys; sys.path.insert(0, {here!r}); import test_floor; from foldexp.bench import"
+        " floor; floor._updates = lambda device: floor._TritonUpdates();"
+        " print(test_floor.largest_difference())"
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert float(proc.stdout.split()[-1]) < 1e-5
+
+
+@pytest.mark.gpu
+def test_the_floor_on_cuda() -> None:
+    assert largest_difference("cuda", trees=64, leaves=33) < 1e-5
+
+
+def test_no_floor_where_no_update_kernel_serves() -> None:
+    engine = peers_step("engine", trees=2, leaves=3, hidden=4)
+    m = engine.module.to("meta")  # type: ignore[attr-defined]
+    assert floor.floor_step(m, [((1,), (2,))], torch.zeros(1, dtype=torch.long)) is None
