@@ -25,8 +25,7 @@ Every figure above is measured on the CPU; no GPU is needed. With ``--device cud
 the same steps on the GPU instead: aten ops (not views) and kernels and memory copies launched
 per step (torch's profiler), the time the GPU was busy, the step's wall time (median, the
 device synchronized), and whether the engine's step runs under
-``torch.cuda.set_sync_debug_mode("error")``; the engine with its Triton kernels launched
-directly (``kernels/triton_launch.py``), through Triton's own call (``tr. call``) and with
+``torch.cuda.set_sync_debug_mode("error")``; the engine with its Triton kernels and with
 torch's ops for the updates.
 """
 
@@ -103,24 +102,15 @@ def on_cuda(args: argparse.Namespace) -> None:
         f"{'':14} {'hidden':>6} {'ops':>5} {'kernels':>8} {'copies':>6} {'busy ms':>8} "
         f"{'step ms':>8}  syncs"
     )
-    try:
-        from foldexp.kernels.triton_launch import set_direct_launch_enabled
-    except ImportError:  # a foldexp from before the direct launches
-        set_direct_launch_enabled = None
-    # (step, label, Triton cells, direct launches)
-    runs = [("engine", "engine, triton", True, True), ("engine", "engine, ops", False, True),
-            ("level", "level", True, True)]  # fmt: skip
-    if set_direct_launch_enabled is not None:
-        runs[1:1] = [("engine", "engine, tr. call", True, False)]
-        runs += [("floor", "floor", True, True)]
-    if set_triton_cells_enabled is None:
-        runs = [("engine", "engine, ops", False, True), ("level", "level", False, True)]
+    # (step, label, Triton cells)
+    runs = [("engine", "engine, triton", True), ("engine", "engine, ops", False),
+            ("level", "level", True), ("floor", "floor", True)]  # fmt: skip
+    if set_triton_cells_enabled is None:  # a foldexp from before the Triton cells (no floor)
+        runs = [("engine", "engine, ops", False), ("level", "level", False)]
     for hidden in (args.hidden, args.small_hidden):
-        for name, label, triton, direct in runs:
+        for name, label, triton in runs:
             if set_triton_cells_enabled is not None:
                 set_triton_cells_enabled(triton)
-            if set_direct_launch_enabled is not None:
-                set_direct_launch_enabled(direct)
             step = peers_step(name, hidden=hidden, device="cuda", **shape)
             med, _, _ = _median_seconds(step, args.repeats, torch.cuda.synchronize)
             k = count_kernels(step)
@@ -136,8 +126,6 @@ def on_cuda(args: argparse.Namespace) -> None:
                 print(f"{'':23} top: {k.top()}")
     if set_triton_cells_enabled is not None:
         set_triton_cells_enabled(True)
-    if set_direct_launch_enabled is not None:
-        set_direct_launch_enabled(True)
 
 
 def main() -> None:

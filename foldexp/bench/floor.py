@@ -63,15 +63,13 @@ class _TritonUpdates:
 
     def __init__(self) -> None:
         from foldexp.kernels import triton_kernels
-        from foldexp.kernels.triton_launch import launch
 
-        self.k, self.launch = triton_kernels, launch
+        self.k = triton_kernels
 
     def _go(self, kernel: Any, like: torch.Tensor, *args: Any, **flags: Any) -> None:
         n_el = like.numel()
         grid = ((n_el + _BLOCK - 1) // _BLOCK,)
-        self.launch(kernel, grid, *args, n_el, like.shape[1], *flags.pop("strides"),
-                    BLOCK=_BLOCK, **flags)  # fmt: skip
+        kernel[grid](*args, n_el, like.shape[1], *flags.pop("strides"), BLOCK=_BLOCK, **flags)
 
     def binary(self, z, cl, cr, h, c) -> None:  # noqa: ANN001
         s = (z.stride(0), cl.stride(0), cr.stride(0), cl.stride(0))

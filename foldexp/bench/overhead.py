@@ -205,7 +205,8 @@ def peers_step(
         def engine() -> torch.Tensor:
             m.zero_grad(set_to_none=True)
             loss = F.cross_entropy(model.run(model.build(batch)), labels)
-            loss.backward()
+            with torch.autograd.set_multithreading_enabled(False):  # as training runs it
+                loss.backward()
             return loss
 
         engine.module = m  # type: ignore[attr-defined]
@@ -223,7 +224,8 @@ def peers_step(
 
         def level() -> Any:
             m.zero_grad(set_to_none=True)
-            return step()["loss"]
+            with torch.autograd.set_multithreading_enabled(False):  # the engine's treatment
+                return step()["loss"]
 
         level.module = m  # type: ignore[attr-defined]
         return level

@@ -12,9 +12,8 @@ thousand elements a depth. Here the whole update is one kernel forward and one b
 - the leaf's (gates i, o, u; a child-sum node adds its carried memory to ``c``) the same way,
   writing ``dz`` and the carry's gradient.
 
-Each launch goes through ``triton_launch.launch``: Triton's own call the first time, the
-compiled kernel directly after. Each call's results are parts of one block from
-``arena.scratch_empty`` (none allocated where the executor opened an arena for the pass).
+Each call's results are parts of one block from ``arena.scratch_empty`` (none allocated where
+the executor opened an arena for the pass).
 
 Arithmetic is in float32 (the route takes float32 tensors only); ``tanh`` is
 ``2 sigmoid(2x) - 1``, which agrees with torch's to about 2e-7 absolute. Triton is imported, and
@@ -34,7 +33,6 @@ from typing import Any
 import torch
 
 from foldexp.kernels.arena import scratch_empty
-from foldexp.kernels.triton_launch import launch
 
 __all__ = [
     "binary_backward",
@@ -132,7 +130,7 @@ def binary_forward(
     n_el = n * hidden
     if n_el:
         with launching_on(z):
-            launch(forward, _grid(n_el),
+            forward[_grid(n_el)](
                 z, cl, cr, m, h, c, n_el, hidden, z.stride(0), cl.stride(0), cr.stride(0),
                 m.stride(0), HAS_MASK=mask is not None, BLOCK=_BLOCK,
             )  # fmt: skip
@@ -160,7 +158,7 @@ def binary_backward(
     n_el = n * hidden
     if n_el:
         with launching_on(z):
-            launch(backward, _grid(n_el),
+            backward[_grid(n_el)](
                 z, cl, cr, m, c, gh, gc, dz, dcl, dcr, n_el, hidden, z.stride(0), cl.stride(0),
                 cr.stride(0), m.stride(0), HAS_MASK=mask is not None, HAS_DH=dh is not None,
                 HAS_DC=dc is not None, BLOCK=_BLOCK,
@@ -180,7 +178,7 @@ def leaf_forward(
     n_el = n * hidden
     if n_el:
         with launching_on(z):
-            launch(_kernels().leaf_forward, _grid(n_el),
+            _kernels().leaf_forward[_grid(n_el)](
                 z, m, k, h, c, n_el, hidden, z.stride(0), m.stride(0), k.stride(0),
                 HAS_MASK=mask is not None, HAS_CARRY=carry is not None, BLOCK=_BLOCK,
             )  # fmt: skip
@@ -205,7 +203,7 @@ def leaf_backward(
     n_el = n * hidden
     if n_el:
         with launching_on(z):
-            launch(_kernels().leaf_backward, _grid(n_el),
+            _kernels().leaf_backward[_grid(n_el)](
                 z, m, c, gh, gc, dz, dk[0] if dk else c, n_el, hidden, z.stride(0), m.stride(0),
                 HAS_MASK=mask is not None, HAS_DH=dh is not None, HAS_DC=dc is not None,
                 HAS_DK=carry_grad, BLOCK=_BLOCK,
