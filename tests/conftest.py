@@ -1,4 +1,5 @@
-"""Shared fixtures: seeded RNGs, the real-data root (``FOLDEXP_DATA``), the oneDNN switch."""
+"""Shared fixtures: seeded RNGs, the real-data root (``FOLDEXP_DATA``), the oneDNN switch, the
+``foldexp`` command and Triton's interpreter in a subprocess."""
 
 from __future__ import annotations
 
@@ -75,6 +76,27 @@ def run_foldexp() -> Callable[..., subprocess.CompletedProcess]:
         if check:
             assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
         return proc
+
+    return run
+
+
+@pytest.fixture
+def in_triton_interpreter() -> Callable[[Path, str], str]:
+    """Runs ``code`` in a subprocess under ``TRITON_INTERPRET=1`` (Triton's kernels on CPU
+    tensors), with the repository and ``folder`` (a test's own, to import its helpers) on the
+    path; fails the test on a non-zero exit with its error's tail, else returns its stdout. The
+    caller skips where Triton is absent."""
+    root = Path(__file__).resolve().parents[1]
+
+    def run(folder: Path, code: str) -> str:
+        env = {**os.environ, "TRITON_INTERPRET": "1"}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
+        code = f"import sys; sys.path.insert(0, {str(folder)!r}); {code}"
+        proc = subprocess.run(
+            [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout
 
     return run
 

@@ -5,9 +5,6 @@ CUDA's Triton ones in Triton's interpreter, and on a GPU."""
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +13,6 @@ import torch
 from foldexp.bench import floor
 from foldexp.bench.overhead import peers_step
 from foldexp.kernels.native import load_kernels
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def largest_difference(device: str = "cpu", trees: int = 12, leaves: int = 9) -> float:
@@ -42,20 +37,14 @@ def test_the_floor_computes_the_engines_loss_and_gradients() -> None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
-def test_the_floor_with_tritons_kernels_in_the_interpreter() -> None:
-    here = str(Path(__file__).parent)
-    code = (
-        f"import sys; sys.path.insert(0, {here!r}); import test_floor; from foldexp.bench import"
-        " floor; floor._updates = lambda device: floor._TritonUpdates();"
-        " print(test_floor.largest_difference())"
+def test_the_floor_with_tritons_kernels_in_the_interpreter(in_triton_interpreter) -> None:  # noqa: ANN001
+    out = in_triton_interpreter(
+        Path(__file__).parent,
+        "import test_floor; from foldexp.bench import floor;"
+        " floor._updates = lambda device: floor._TritonUpdates();"
+        " print(test_floor.largest_difference())",
     )
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert float(proc.stdout.split()[-1]) < 1e-5
+    assert float(out.split()[-1]) < 1e-5
 
 
 @pytest.mark.gpu

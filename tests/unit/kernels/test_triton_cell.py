@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,7 +19,6 @@ from foldexp.kernels import treelstm_triton
 from foldexp.kernels.treelstm import binary_state_ops, leaf_state_ops
 from foldexp.kernels.treelstm_few import binary_state_few, leaf_state_few
 
-ROOT = Path(__file__).resolve().parents[3]
 needs_triton = pytest.mark.skipif(
     importlib.util.find_spec("triton") is None, reason="Triton is not installed"
 )
@@ -93,18 +89,12 @@ def _leaf_difference(g: torch.Generator, device: str) -> float:
 
 
 @needs_triton
-def test_the_kernels_equal_autograd_in_tritons_interpreter() -> None:
-    code = (
-        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-        "from test_triton_cell import largest_difference; print(largest_difference('cpu'))"
+def test_the_kernels_equal_autograd_in_tritons_interpreter(in_triton_interpreter) -> None:  # noqa: ANN001
+    out = in_triton_interpreter(
+        Path(__file__).parent,
+        "from test_triton_cell import largest_difference; print(largest_difference('cpu'))",
     )
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert float(proc.stdout.split()[-1]) < 2e-6  # tanh as 2 sigmoid(2x) - 1: ~2e-7 off
+    assert float(out.split()[-1]) < 2e-6  # tanh as 2 sigmoid(2x) - 1: ~2e-7 off
 
 
 @pytest.mark.gpu
