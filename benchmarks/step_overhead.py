@@ -75,6 +75,18 @@ def _median_seconds(step, repeats: int, wait=lambda: None) -> tuple[float, float
     return statistics.median(times), min(times), max(times)
 
 
+def _step(name: str, **kw):
+    """``peers_step(name, **kw)``, or ``None`` (said so) for a floor that no update kernel
+    serves: no C++ compiler on a CPU, no Triton on CUDA."""
+    try:
+        return peers_step(name, **kw)
+    except ValueError:
+        if name != "floor":
+            raise
+        print(f"floor: none (no update kernel serves {kw.get('device', 'cpu')})")
+        return None
+
+
 def _syncs_allowed(step) -> str:
     """``none`` when ``step`` runs with every host sync an error, else the error's first line."""
     with warnings.catch_warnings():  # torch calls the mode a prototype, once a process
@@ -111,7 +123,9 @@ def on_cuda(args: argparse.Namespace) -> None:
         for name, label, triton in runs:
             if set_triton_cells_enabled is not None:
                 set_triton_cells_enabled(triton)
-            step = peers_step(name, hidden=hidden, device="cuda", **shape)
+            step = _step(name, hidden=hidden, device="cuda", **shape)
+            if step is None:
+                continue
             med, _, _ = _median_seconds(step, args.repeats, torch.cuda.synchronize)
             k = count_kernels(step)
             ops = count_ops(step).not_views  # aten ops; Triton's launches are kernels only
@@ -148,7 +162,9 @@ def main() -> None:
         print(f"{'':15} {'ops':>6} {'views':>6} {'other':>6} {'syncs':>6} {'uploads':>8}  top ops")
         for name, label, route in _COUNTED:
             with route():
-                step = peers_step(name, hidden=args.hidden, **shape)
+                step = _step(name, hidden=args.hidden, **shape)
+                if step is None:
+                    continue
                 step()
                 step()  # traces cached, buffers sized: a step as an epoch's later ones are
                 c = count_ops(step)
@@ -165,15 +181,16 @@ def main() -> None:
         medians = {}
         for name, label, route in _TIMED:
             with route():
-                step = peers_step(name, hidden=args.small_hidden, **shape)
+                step = _step(name, hidden=args.small_hidden, **shape)
+                if step is None:
+                    continue
                 med, lo, hi = _median_seconds(step, args.repeats)
             medians[label] = med
             print(f"{label:24} {1e3 * med:6.1f} ({1e3 * lo:.1f}-{1e3 * hi:.1f})")
         for label in [k for k in medians if k != "level"]:
             print(f"level / {label}: {medians['level'] / medians[label]:.2f}x")
-        floor = medians["floor"]
-        for label in [k for k in medians if k.startswith("engine")]:
-            own = 1e3 * (medians[label] - floor)
+        for label in [k for k in medians if k.startswith("engine") and "floor" in medians]:
+            own = 1e3 * (medians[label] - medians["floor"])
             print(f"{label} - floor (the engine's own overhead): {own:.1f} ms")
 
 

@@ -3,8 +3,10 @@
 On CUDA's route the engine runs each depth of the peers' step as: one gather of the children's
 states, the gates' product, one update kernel; and backward, the update's kernel, one product
 and the gradients' scatters; the weights' products once at the end. ``floor_step`` issues those
-calls and nothing else: no autograd graph (the backward is written out), no engine bookkeeping,
-every buffer allocated once, outside the step, the batch's structure known in advance. What it
+calls and nothing else (its gathers and scatters two a depth, ``h`` and ``c`` apart, where the
+engine concatenates to make them one): no autograd graph (the backward is written out), no
+engine bookkeeping, the working buffers allocated once, outside the step (the gradients' two
+zeroed in it), the batch's structure known in advance. What it
 costs is what the calls themselves cost at these sizes (on a CPU their arithmetic, on a GPU
 mostly their launches), so ``step_overhead`` reads the engine's step minus the floor as the
 engine's own overhead, and level / floor as the most any executor issuing these calls from

@@ -150,10 +150,11 @@ def _level(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, 
             if len(node) == 1:
                 number[id(node)] = len(words)
                 words.append(node[0])
+        row = len(words)  # a node met twice has a row each time (as a leaf has a word each)
         for level in kids:
             by_height.append([(number[id(n[0])], number[id(n[1])]) for n in level])
             for n in level:
-                number[id(n)] = len(number)
+                number[id(n)], row = row, row + 1
         # The math: one leaf call, then one cell call per height.
         h, c = m.word(torch.tensor(words, device=dev))
         hs, cs = [h], [c]

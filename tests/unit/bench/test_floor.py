@@ -5,6 +5,8 @@ CUDA's Triton ones in Triton's interpreter, and on a GPU."""
 from __future__ import annotations
 
 import importlib.util
+import runpy
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,16 @@ def test_no_floor_where_no_update_kernel_serves() -> None:
     engine = peers_step("engine", trees=2, leaves=3, hidden=4)
     m = engine.module.to("meta")  # type: ignore[attr-defined]
     assert floor.floor_step(m, [((1,), (2,))], torch.zeros(1, dtype=torch.long)) is None
+
+
+def test_step_overhead_runs_without_a_floor(monkeypatch, capsys) -> None:  # noqa: ANN001
+    """Where no update kernel serves (no C++ compiler; CUDA without Triton) the benchmark still
+    measures the engine and the level batching, and says the floor is missing."""
+    monkeypatch.setattr(floor, "_updates", lambda device: None)
+    argv = ["step_overhead.py", "--trees", "2", "--leaves", "3", "--hidden", "4"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--small-hidden", "4", "--repeats", "1"])
+    root = Path(__file__).resolve().parents[3]
+    runpy.run_path(str(root / "benchmarks" / "step_overhead.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "level / engine, ops" in out
+    assert "floor: none (no update kernel serves cpu)" in out

@@ -24,3 +24,15 @@ def test_peers_agree_and_engine_mkl_uses_default_matmuls() -> None:
         losses[name] = step()["loss"]
         assert onednn_enabled() is (name != "engine_mkl")  # engine_mkl runs last
     assert max(losses.values()) - min(losses.values()) < 1e-5, losses
+
+
+def test_level_numbers_nodes_shared_between_and_within_trees() -> None:
+    """A node object met twice (one leaf under both children, a subtree in two trees) gets one
+    row per meeting, as ``words`` does: ``level``'s loss stays ``loop``'s."""
+    leaf, sub = (9,), ((1,), (2,))
+    trees = [(leaf, leaf), (sub, (3,)), ((4,), sub), sub]
+    params = {"vocab": 50, "embed": 5, "hidden": 5, "classes": 3, "seed": 0}
+    losses = {
+        n: peer_torch.setup(n, params, trees, [0, 1, 2, 1])[0]()["loss"] for n in ("loop", "level")
+    }
+    assert abs(losses["loop"] - losses["level"]) < 1e-5, losses
