@@ -146,8 +146,11 @@ def _updates(device: torch.device) -> Any:
 def floor_step(m: Any, trees: list, labels: torch.Tensor) -> Callable[[], torch.Tensor] | None:
     """One training step of the peers' workload (``peer_torch.TreeLSTMParams`` ``m``, float32)
     as the fewest calls (see the module doc): returns the loss and leaves every parameter's
-    gradient in its ``.grad``; ``None`` where no update kernel serves ``m``'s device."""
+    gradient in its ``.grad``; ``None`` where no update kernel serves ``m``'s device or dtype
+    (the kernels read float32 only)."""
     device = m.out.weight.device
+    if any(p.dtype != torch.float32 for p in m.parameters()):
+        return None
     updates = _updates(device)
     if updates is None:
         return None

@@ -56,8 +56,10 @@ def test_the_floor_on_cuda() -> None:
 
 def test_no_floor_where_no_update_kernel_serves() -> None:
     engine = peers_step("engine", trees=2, leaves=3, hidden=4)
-    m = engine.module.to("meta")  # type: ignore[attr-defined]
-    assert floor.floor_step(m, [((1,), (2,))], torch.zeros(1, dtype=torch.long)) is None
+    labels = torch.zeros(1, dtype=torch.long)
+    m = engine.module.double()  # type: ignore[attr-defined]
+    assert floor.floor_step(m, [((1,), (2,))], labels) is None  # float32 kernels only
+    assert floor.floor_step(m.float().to("meta"), [((1,), (2,))], labels) is None
 
 
 def test_step_overhead_runs_without_a_floor(monkeypatch, capsys) -> None:  # noqa: ANN001
