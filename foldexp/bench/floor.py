@@ -6,11 +6,11 @@ and the gradients' scatters; the weights' products once at the end. ``floor_step
 calls and nothing else (its gathers and scatters two a depth, ``h`` and ``c`` apart, where the
 engine concatenates to make them one): no autograd graph (the backward is written out), no
 engine bookkeeping, the working buffers allocated once, outside the step (the gradients' two
-zeroed in it), the batch's structure known in advance. What it
-costs is what the calls themselves cost at these sizes (on a CPU their arithmetic, on a GPU
-mostly their launches), so ``step_overhead`` reads the engine's step minus the floor as the
-engine's own overhead, and level / floor as the most any executor issuing these calls from
-Python could reach against the level batching.
+zeroed in it), the batch's structure known in advance. What it costs is what the calls
+themselves cost at these sizes (on a CPU their arithmetic, on a GPU mostly their launches), so
+``step_overhead`` reads the engine's step minus the floor as the engine's own overhead, and
+level / floor as the most any executor issuing these calls from Python could reach against the
+level batching.
 
 The update kernels are the CPU's C++ ones (``kernels/fused_cells.cpp``) or CUDA's Triton ones
 (``kernels/triton_kernels.py``), the same arithmetic; where neither is present there is no
