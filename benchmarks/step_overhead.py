@@ -129,9 +129,11 @@ def on_cuda(args: argparse.Namespace) -> None:
             med, _, _ = _median_seconds(step, args.repeats, torch.cuda.synchronize)
             k = count_kernels(step)
             ops = count_ops(step).not_views  # aten ops; Triton's launches are kernels only
-            syncs = {"engine": _syncs_allowed, "level": lambda _: "reads its loss"}.get(
-                name, lambda _: "-"
-            )(step)
+            syncs = "-"  # the floor has no autograd to sync
+            if name == "engine":
+                syncs = _syncs_allowed(step)
+            elif name == "level":
+                syncs = "reads its loss"
             print(
                 f"{label:14} {hidden:6d} {ops:5d} {k.launches:8d} {k.copies:6d} "
                 f"{k.busy_us / 1e3:8.2f} {1e3 * med:8.2f}  {syncs}"

@@ -26,10 +26,9 @@ from typing import Any
 import torch
 
 from foldexp.bench.overhead import counting
+from foldexp.bench.trees import number_batch
 
 __all__ = ["floor_step"]
-
-_BLOCK = 512  # Triton's elements per program, as treelstm_triton's
 
 
 class _CppUpdates:
@@ -64,14 +63,15 @@ class _TritonUpdates:
     """CUDA's update kernels (``triton_kernels``), launched as ``treelstm_triton`` does."""
 
     def __init__(self) -> None:
-        from foldexp.kernels import triton_kernels
+        from foldexp.kernels import treelstm_triton, triton_kernels
 
-        self.k = triton_kernels
+        self.k, self.wrappers = triton_kernels, treelstm_triton
 
     def _go(self, kernel: Any, like: torch.Tensor, *args: Any, **flags: Any) -> None:
-        n_el = like.numel()
-        grid = ((n_el + _BLOCK - 1) // _BLOCK,)
-        kernel[grid](*args, n_el, like.shape[1], *flags.pop("strides"), BLOCK=_BLOCK, **flags)
+        n_el, block = like.numel(), self.wrappers._BLOCK
+        strides = flags.pop("strides")
+        kernel[self.wrappers._grid(n_el)](*args, n_el, like.shape[1], *strides, BLOCK=block,
+                                           **flags)  # fmt: skip
 
     def binary(self, z, cl, cr, h, c) -> None:  # noqa: ANN001
         s = (z.stride(0), cl.stride(0), cr.stride(0), cl.stride(0))
@@ -96,35 +96,6 @@ class _TritonUpdates:
 def _counted(name: str) -> None:
     if counting:
         counting[-1].ops[f"native.{name}"] += 1
-
-
-def _numbered(trees: list) -> tuple[list[int], list[list[tuple[int, int]]], list[int]]:
-    """The batch numbered as the level batching numbers it: leaves first (their words), then
-    each height's ``(left, right)`` pairs, consecutively; and each tree's root."""
-    height: dict[int, int] = {}
-    words: list[int] = []
-    by_height: list[list[Any]] = []
-    number: dict[int, int] = {}
-    for tree in trees:
-        stack: list[tuple[Any, bool]] = [(tree, False)]
-        while stack:  # children before parents
-            node, ready = stack.pop()
-            if len(node) == 1:
-                height[id(node)], number[id(node)] = 0, len(words)
-                words.append(node[0])
-            elif not ready:
-                stack += [(node, True), (node[1], False), (node[0], False)]
-            else:
-                h = 1 + max(height[id(node[0])], height[id(node[1])])
-                height[id(node)] = h
-                by_height += [[] for _ in range(h - len(by_height))]
-                by_height[h - 1].append(node)
-    pairs, at = [], len(words)
-    for level in by_height:
-        pairs.append([(number[id(n[0])], number[id(n[1])]) for n in level])
-        for n in level:
-            number[id(n)], at = at, at + 1
-    return words, pairs, [number[id(t)] for t in trees]
 
 
 def _pointers(*ts: torch.Tensor) -> list[int]:
@@ -154,7 +125,7 @@ def floor_step(m: Any, trees: list, labels: torch.Tensor) -> Callable[[], torch.
     updates = _updates(device)
     if updates is None:
         return None
-    word_ids, levels, root_ids = _numbered(trees)
+    word_ids, levels, root_ids = number_batch(trees)
     hidden = m.cell.hidden_size
     n_leaves, n_nodes = len(word_ids), len(word_ids) + sum(len(p) for p in levels)
     words = torch.tensor(word_ids, device=device)

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from foldexp.bench.dgl_import import Unavailable, import_dgl
+from foldexp.bench.trees import number_batch
 from foldexp.kernels import Linear, set_onednn_enabled
 from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf
 
@@ -121,40 +122,7 @@ def _level(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, 
 
     def step() -> dict[str, Any]:
         # Number every node of the batch by height: leaves first, then height 1, 2, ...
-        words: list[int] = []
-        by_height: list[list[tuple[int, int]]] = []  # per height >= 1: (left, right) node ids
-        pending: list[tuple[Any, int]] = []  # (node, height) in post-order, children first
-        roots = []
-        for t in trees:
-            stack: list[tuple[Any, bool]] = [(t, False)]
-            while stack:
-                node, done = stack.pop()
-                if len(node) == 1 or done:
-                    pending.append((node, 0))
-                else:
-                    stack += [(node, True), (node[1], False), (node[0], False)]
-            roots.append(t)
-        height: dict[int, int] = {}
-        kids: list[list[Any]] = []
-        for node, _ in pending:
-            if len(node) == 1:
-                height[id(node)] = 0
-            else:
-                h = 1 + max(height[id(node[0])], height[id(node[1])])
-                height[id(node)] = h
-                while len(kids) < h:
-                    kids.append([])
-                kids[h - 1].append(node)
-        number: dict[int, int] = {}
-        for node, _ in pending:
-            if len(node) == 1:
-                number[id(node)] = len(words)
-                words.append(node[0])
-        row = len(words)  # a node met twice has a row each time (as a leaf has a word each)
-        for level in kids:
-            by_height.append([(number[id(n[0])], number[id(n[1])]) for n in level])
-            for n in level:
-                number[id(n)], row = row, row + 1
+        words, by_height, root_ids = number_batch(trees)
         # The math: one leaf call, then one cell call per height.
         h, c = m.word(torch.tensor(words, device=dev))
         hs, cs = [h], [c]
@@ -167,7 +135,7 @@ def _level(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, 
             hs.append(h)
             cs.append(c)
         h_all = torch.cat(hs)
-        root_rows = torch.tensor([number[id(t)] for t in roots], device=dev)
+        root_rows = torch.tensor(root_ids, device=dev)
         loss = F.cross_entropy(m.out(h_all[root_rows]), labels)
         loss.backward()
         return {"calls": 1 + len(by_height), "loss": loss.item()}

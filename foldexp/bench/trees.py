@@ -27,6 +27,7 @@ __all__ = [
     "trees_digest",
     "Levels",
     "levels_of",
+    "number_batch",
     "sentence_lengths",
 ]
 
@@ -175,3 +176,34 @@ def sentence_lengths(
     shape = 4.5
     x = rng.gamma(shape, mean / shape, size=count)
     return np.clip(np.rint(x), low, high).astype(np.int64)
+
+
+def number_batch(trees: list) -> tuple[list[int], list[list[tuple[int, int]]], list[int]]:
+    """A batch of trees numbered for level-by-level batching: the leaves first (their words, in
+    post-order), then each height's ``(left, right)`` pairs of node numbers, numbered
+    consecutively after everything below them; and each tree's root. A node object met twice
+    (shared between or within trees) gets a number each time."""
+    height: dict[int, int] = {}
+    words: list[int] = []
+    by_height: list[list[Any]] = []
+    number: dict[int, int] = {}
+    for tree in trees:
+        stack: list[tuple[Any, bool]] = [(tree, False)]
+        while stack:  # children before parents
+            node, ready = stack.pop()
+            if len(node) == 1:
+                height[id(node)], number[id(node)] = 0, len(words)
+                words.append(node[0])
+            elif not ready:
+                stack += [(node, True), (node[1], False), (node[0], False)]
+            else:
+                h = 1 + max(height[id(node[0])], height[id(node[1])])
+                height[id(node)] = h
+                by_height += [[] for _ in range(h - len(by_height))]
+                by_height[h - 1].append(node)
+    pairs, at = [], len(words)
+    for level in by_height:
+        pairs.append([(number[id(n[0])], number[id(n[1])]) for n in level])
+        for n in level:
+            number[id(n)], at = at, at + 1
+    return words, pairs, [number[id(t)] for t in trees]
