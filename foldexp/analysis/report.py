@@ -3,9 +3,9 @@
 Finds every ``results.json`` under the given folders (a sweep's ``multirun`` folder, or several
 single runs), flattens each into one row — the run's overrides, its seed, its metrics — and writes
 ``report.csv``, ``report.md`` (sorted by the chosen metric) and ``report.png``. Runs that differ
-only by seed are also summarised as mean ± std in ``summary.csv`` / ``summary.md``. Each
-``results.json`` must match its ``.sha256`` sidecar (``--trust-unverified`` to accept one that
-has none, or that was edited).
+only by seed or by cross-validation fold (``dataset.fold``) are also summarised as mean ± std in
+``summary.csv`` / ``summary.md``. Each ``results.json`` must match its ``.sha256`` sidecar
+(``--trust-unverified`` to accept one that has none, or that was edited).
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from foldexp.train.artifacts import atomic_write, read_verified_json, write_text
 __all__ = ["collect_results", "run_report"]
 
 
+_AVERAGED = ("seed=", "dataset.fold=")  # overrides left out of a summary's groups
+
+
 def _overrides(run_dir: Path) -> str:
     path = run_dir / ".hydra" / "overrides.yaml"
     if not path.exists():
@@ -33,7 +36,8 @@ def _overrides(run_dir: Path) -> str:
         for ln in path.read_text(encoding="utf-8", errors="replace").splitlines()
         if ln.startswith("- ")
     ]
-    return " ".join(i for i in items if not i.startswith("seed="))
+    # seeds and cross-validation folds are what a summary averages over, not a setting
+    return " ".join(i for i in items if not i.startswith(_AVERAGED))
 
 
 def collect_results(dirs: Sequence[str | Path]) -> pd.DataFrame:
@@ -140,7 +144,7 @@ def run_report(
     lines = sum(label.count("\n") + 1 for label in labels)
     fig, ax = plt.subplots(figsize=(10, 0.25 * lines + 0.3 * len(labels) + 1.2))
     ax.barh(labels, summary["mean"], xerr=summary["std"].fillna(0), color="tab:blue", alpha=0.8)
-    ax.set_xlabel(f"{metric} (mean ± std over seeds)")
+    ax.set_xlabel(f"{metric} (mean ± std over seeds and folds)")
     ax.set_title(_title(df, metric, dirs), fontsize=10)
     atomic_write(
         out / "report.png",

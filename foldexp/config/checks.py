@@ -68,6 +68,7 @@ def check_config(cfg: DictConfig | Mapping[str, Any], files: bool = True) -> Non
             _check_examples(node.get("dataset"), sub)
         if schema is not None:
             _check_node(group, sub, schema)
+            _check_folds(group, sub)
             if files:
                 _check_files(cfg, group, schema)
         elif group == "model":
@@ -320,6 +321,15 @@ def _check_user_model(node: Mapping[str, Any]) -> None:
             raise ConfigError(
                 f"model.{key} is not a parameter of {target}; it takes {', '.join(takes)}"
             )
+
+
+def _check_folds(group: str, node: Mapping[str, Any]) -> None:
+    """``dataset.fold`` must name one of ``dataset.folds`` (two keys: no one range holds it)."""
+    folds, fold = node.get("folds"), node.get("fold")
+    if group == "dataset" and isinstance(folds, int) and isinstance(fold, int) and fold >= folds:
+        raise ConfigError(
+            f"dataset.fold={fold} is out of range: expected 0..{folds - 1} (dataset.folds={folds})"
+        )
 
 
 def _check_examples(dataset: Any, model: Mapping[str, Any]) -> None:

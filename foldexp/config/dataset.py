@@ -71,6 +71,8 @@ class MoleculeSplit(str, Enum):
     random = "random"
     scaffold = "scaffold"
     column = "column"
+    kfold = "kfold"  # fold dataset.fold of dataset.folds is test (foldexp.data.folds)
+    scaffold_kfold = "scaffold_kfold"  # the same, whole scaffold groups a fold
 
 
 class MarkedProblem(str, Enum):
@@ -168,8 +170,12 @@ class MoleculeDataConfig:
     task: MoleculeTask = MoleculeTask.auto
     # error | skip: a SMILES RDKit cannot read stops the run, or is left out with a warning
     on_invalid: OnInvalid = OnInvalid.error
-    # random (seeded) | scaffold (Bemis-Murcko groups; seed unused) | column
+    # random (seeded) | scaffold (Bemis-Murcko groups; seed unused) | column | kfold (seeded) |
+    # scaffold_kfold (scaffold groups): fold `fold` of `folds` is test, dev from the others
     split: MoleculeSplit = MoleculeSplit.random
+    folds: int = ranged(5, ge=2, le=100)  # split=kfold|scaffold_kfold: the number of folds
+    # split=kfold|scaffold_kfold: the test fold, 0..folds-1 (-m dataset.fold=0,1,2,3,4 runs all)
+    fold: int = ranged(0, ge=0, le=99)
     # split=column: the column saying train, valid (or dev) or test on each row
     split_column: str | None = None
     # train / dev / test shares (split=column with train/test only: dev's share of train)

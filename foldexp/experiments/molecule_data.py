@@ -32,6 +32,7 @@ import numpy as np
 from foldexp.config import enum_value
 from foldexp.config.errors import ConfigError
 from foldexp.data.errors import FormatError, MoleculeError
+from foldexp.data.folds import kfold_split, scaffold_kfold_split
 from foldexp.data.molecule_csv import (
     MAX_ATOMS,
     MAX_SMILES_CHARS,
@@ -49,6 +50,7 @@ __all__ = ["molecules_csv", "molecule_inputs"]
 log = logging.getLogger(__name__)
 
 _SPLITS = ("train", "dev", "test")
+_KFOLD = ("kfold", "scaffold_kfold")
 _SHOW_BAD_LABELS = 3  # rows named when classification labels are not 0/1
 
 
@@ -77,7 +79,7 @@ def _check_keys(
     checks = {
         "task": (task, ("auto", "regression", "classification")),
         "on_invalid": (on_invalid, ("error", "skip")),
-        "split": (split, ("random", "scaffold", "column")),
+        "split": (split, ("random", "scaffold", "column", *_KFOLD)),
     }
     for key, (value, allowed) in checks.items():
         if value not in allowed:
@@ -182,11 +184,16 @@ def _parts(
     split_column: str | None,
     fractions: tuple[float, ...],
     seed: int,
+    folds: tuple[int, int] = (5, 0),
 ) -> tuple[np.ndarray, ...]:
     if split == "random":
         return random_split(len(graphs), fractions, seed=seed)
     if split == "scaffold":
         return scaffold_split([g.smiles for g in graphs], fractions)
+    if split == "kfold":
+        return kfold_split(len(graphs), *folds, fractions, seed)
+    if split == "scaffold_kfold":
+        return scaffold_kfold_split([g.smiles for g in graphs], *folds, fractions)
     values = read_csv_column(dataset.source, str(split_column))
     rows = [int(r) for r in dataset.rows[: len(graphs)]]
     where = f"{dataset.source}: column {split_column!r}"
@@ -269,6 +276,8 @@ def molecules_csv(
     trained: Mapping[str, Any] | None = None,
     max_atoms: int = MAX_ATOMS,
     max_smiles_chars: int = MAX_SMILES_CHARS,
+    folds: int = 5,
+    fold: int = 0,
 ) -> DataBundle:
     """A molecule CSV featurised into graphs and split (the ``dataset.*`` keys, see the module
     docstring and ``foldexp.config.MoleculeDataConfig``).
@@ -278,6 +287,7 @@ def molecules_csv(
     ``target_mean`` / ``target_std`` (regression: over the labelled training entries; 0 / 1 for
     classification), ``pos_weight`` (classification with ``balance``, else ``None``) and
     ``target_units`` (``units``: one per target, or ``None``).
+    ``folds``, ``fold``: ``split=kfold|scaffold_kfold`` (``foldexp.data.folds``).
     ``trained``: a trained run's ``info`` (``foldexp eval``): a split of one class is scored
     (its AUCs are not defined), not refused, and the training split may be empty.
     """
@@ -302,7 +312,7 @@ def molecules_csv(
                 )
         if task == "classification":
             _check_binary(dataset, len(graphs))
-        parts = _parts(dataset, graphs, split, split_column, fractions, seed)
+        parts = _parts(dataset, graphs, split, split_column, fractions, seed, (folds, fold))
     except FormatError:
         random = "or cut the file at random: dataset.split=random dataset.split_column=null"
         named = missing_columns(Path(path), columns, {"dataset.split_column": random})
