@@ -32,6 +32,7 @@ __all__ = [
     "Pooling",
     "SequenceLSTMModelConfig",
     "TreeLSTMModelConfig",
+    "Uncertainty",
     "WeaveModelConfig",
 ]
 
@@ -43,6 +44,11 @@ class EmbeddingOptimizer(str, Enum):
 class Pooling(str, Enum):
     sum = "sum"
     mean = "mean"
+
+
+class Uncertainty(str, Enum):
+    none = "none"  # point predictions
+    mve = "mve"  # mean-variance head, Gaussian NLL (regression; foldexp.models.uncertainty)
 
 
 class AttentionScore(str, Enum):
@@ -129,6 +135,9 @@ class WeaveModelConfig:
     mlp_size: int = width(128)  # hidden width of the read-out MLP after pooling
     pool: Pooling = Pooling.sum  # sum | mean over a molecule's atoms
     dropout: float = probability(0.0)  # dropout on the pooled vector and the MLP's hidden layer
+    # none | mve: a variance beside each regression target (predict writes <target>_std),
+    # calibrated on dev after training
+    uncertainty: Uncertainty = Uncertainty.none
 
 
 @dataclass
@@ -142,6 +151,9 @@ class DMPNNModelConfig:
     depth: int = ranged(3, gt=0, le=MAX_LAYERS)  # message-passing steps, the first included
     ffn_layers: int = ranged(2, gt=0, le=MAX_LAYERS)  # read-out layers after the sum over atoms
     dropout: float = probability(0.0)  # on bond and atom states and the read-out's inputs
+    # none | mve: a variance beside each regression target (predict writes <target>_std),
+    # calibrated on dev after training
+    uncertainty: Uncertainty = Uncertainty.none
 
 
 @dataclass

@@ -17,8 +17,10 @@ probabilities or targets in original units), with ``prediction_columns()`` namin
 ``root_probabilities`` / ``score_roots`` for ``foldexp ensemble``; ``prepare_training(setup)``,
 called once before the first step (of a fresh or a resumed run) with a ``TrainingSetup``: the
 training examples and access to trained runs, for a model that derives its own targets from them
-(distillation: ``foldexp.models.distill``). The trainer knows no model's keys: what a model needs
-beyond ``collate``/``forward`` it takes through this hook.
+(distillation: ``foldexp.models.distill``); ``calibrate(dev_examples, batch_size)`` → a dict,
+called once training ends, on the best weights, before the test (``foldexp.train.calibration``:
+an uncertainty's scale set in the model's state and saved with it). The trainer knows no model's
+keys: what a model needs beyond ``collate``/``forward`` it takes through these hooks.
 
 A minimal model of one's own (a bag of words over ``text_csv`` examples, ``(tokens, label)``)::
 

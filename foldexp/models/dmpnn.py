@@ -112,6 +112,7 @@ class DMPNNModel(MoleculeTaskModel):
         depth: message-passing steps, the first included (chemprop: 3).
         ffn_layers: read-out layers after the sum over atoms, the last one to the targets.
         dropout: on the bond states after each step, the atom states and the read-out's inputs.
+        uncertainty: ``none`` or ``mve`` (regression: ``foldexp.models.uncertainty``).
     """
 
     def __init__(
@@ -129,11 +130,14 @@ class DMPNNModel(MoleculeTaskModel):
         task: str = "regression",
         target_names: Sequence[str] | None = None,
         pos_weight: Sequence[float] | None = None,
+        uncertainty: str = "none",
     ) -> None:
         super().__init__()
         if depth < 1 or ffn_layers < 1:
             raise ValueError(f"depth and ffn_layers must be >= 1, got {depth}, {ffn_layers}")
-        self._init_targets(num_targets, target_mean, target_std, task, target_names, pos_weight)
+        self._init_targets(
+            num_targets, target_mean, target_std, task, target_names, pos_weight, uncertainty
+        )
         self.depth = depth
         self.w_i = nn.Linear(atom_features + pair_features, hidden_size, bias=False)
         self.w_h = nn.Linear(hidden_size, hidden_size, bias=False)
@@ -142,7 +146,8 @@ class DMPNNModel(MoleculeTaskModel):
         layers: list[nn.Module] = []
         for _ in range(ffn_layers - 1):
             layers += [nn.Dropout(dropout), nn.Linear(hidden_size, hidden_size), nn.ReLU()]
-        self.ffn = nn.Sequential(*layers, nn.Dropout(dropout), nn.Linear(hidden_size, num_targets))
+        head = nn.Linear(hidden_size, self.head_width)
+        self.ffn = nn.Sequential(*layers, nn.Dropout(dropout), head)
 
     def collate(self, molecules: Sequence[Any]) -> BondGraph:
         """The batch's bond graph (numpy and index arithmetic only: safe in DataLoader workers)."""

@@ -40,6 +40,15 @@ from foldexp.compiler.schedule import Plan
 from foldexp.executor.compiled import Compiler
 from foldexp.models.paper import weave_module
 from foldexp.models.scores import average_precision, roc_auc, two_classes
+from foldexp.models.uncertainty import (
+    calibrate_scale,
+    check_uncertainty,
+    gaussian_nll,
+    mve_predict,
+    mve_split,
+    mve_statistics,
+    uncertainty_metrics,
+)
 
 __all__ = [
     "molecule_input",
@@ -158,10 +167,14 @@ class MoleculeTaskModel(nn.Module):
         task: str,
         target_names: Sequence[str] | None,
         pos_weight: Sequence[float] | None,
+        uncertainty: str = "none",
     ) -> None:
         if task not in TASKS:
             raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
         self.task = task
+        self.uncertainty = check_uncertainty(uncertainty, task)
+        # mve: a mean and a variance a target (foldexp.models.uncertainty)
+        self.head_width = num_targets * (2 if self.uncertainty == "mve" else 1)
         self.target_names = (
             [str(t) for t in target_names]
             if target_names is not None
@@ -183,6 +196,8 @@ class MoleculeTaskModel(nn.Module):
         if task == "classification":
             weight = torch.ones(num_targets) if pos_weight is None else torch.tensor(pos_weight)
             self.register_buffer("pos_weight", weight.float().reshape(num_targets))
+        if self.uncertainty == "mve":  # set on dev after training (calibrate), kept in best.pt
+            self.register_buffer("calibration_scale", torch.ones(num_targets))
 
     def _outputs(self, batch: Any) -> torch.Tensor:
         raise NotImplementedError
@@ -192,13 +207,24 @@ class MoleculeTaskModel(nn.Module):
         z = self._outputs(batch)
         if self.task == "classification":
             return torch.sigmoid(z)
+        if self.uncertainty == "mve":  # columns <target>, <target>_std
+            return mve_predict(z, self.target_mean, self.target_std, self.calibration_scale)
         return z * self.target_std + self.target_mean
 
     def prediction_columns(self) -> list[str]:
         """The columns of :meth:`predict`: ``<target>`` or ``<target>_probability``."""
         if self.task == "classification":
             return [f"{t}_probability" for t in self.target_names]
+        if self.uncertainty == "mve":
+            return [name for t in self.target_names for name in (t, f"{t}_std")]
         return list(self.target_names)
+
+    def calibrate(self, examples: Sequence[Any], batch_size: int) -> dict[str, Any]:
+        """With ``uncertainty=mve``: the dev split's calibration scales (``uncertainty.py``),
+        set in the model; ``{}`` otherwise (the training loop's optional hook)."""
+        if self.uncertainty != "mve":
+            return {}
+        return calibrate_scale(self, examples, batch_size)
 
     def selection(self) -> tuple[str, str]:
         """The dev metric that picks the best epoch (``trainer.select_metric=auto``)."""
@@ -218,11 +244,17 @@ class MoleculeTaskModel(nn.Module):
     ) -> dict[str, torch.Tensor]:
         """Masked MSE on standardised targets; squared and absolute errors in original units."""
         z_target = (targets - self.target_mean) / self.target_std
-        # Missing targets are stored as 0: where() keeps them (and their gradients) out.
-        sq = torch.where(mask, (z - z_target) ** 2, torch.zeros_like(z))
-        loss = sq.sum() / mask.sum().clamp(min=1)
+        var = None
+        if self.uncertainty == "mve":
+            z, var = mve_split(z, len(self.target_names))
+            loss = gaussian_nll(z, var, z_target, mask)
+        else:
+            # Missing targets are stored as 0: where() keeps them (and their gradients) out.
+            sq = torch.where(mask, (z - z_target) ** 2, torch.zeros_like(z))
+            loss = sq.sum() / mask.sum().clamp(min=1)
         err = torch.where(mask, (z - z_target) * self.target_std, torch.zeros_like(z)).detach()
         out = {
+            **({} if var is None else mve_statistics(err, var, self.target_std, mask)),
             "loss": loss,
             "sq_error": (err**2).sum(),
             "abs_error": err.abs().sum(),
@@ -255,6 +287,13 @@ class MoleculeTaskModel(nn.Module):
         """Metrics over a split: RMSE and MAE in original units, or mean ROC AUC and PRC AUC."""
         if self.task == "classification":
             return self._auc_metrics(sums)
+        spread = {}
+        if "residual" in sums:  # uncertainty=mve
+            scale = self.calibration_scale.tolist()
+            names = self._suffixes
+            spread = uncertainty_metrics(
+                sums["residual"], sums["sigma"], sums["labelled"], scale, names
+            )
         n = max(1.0, sums.get("count", 0.0))
         metrics = {
             "rmse": (sums.get("sq_error", 0.0) / n) ** 0.5,
@@ -265,7 +304,7 @@ class MoleculeTaskModel(nn.Module):
                 n_k = max(1.0, sums.get(f"count_{k}", 0.0))
                 metrics[f"rmse_{suffix}"] = (sums.get(f"sq_error_{k}", 0.0) / n_k) ** 0.5
                 metrics[f"mae_{suffix}"] = sums.get(f"abs_error_{k}", 0.0) / n_k
-        return metrics
+        return {**metrics, **spread}
 
     def _auc_metrics(self, sums: Mapping[str, Any]) -> dict[str, float]:
         """Each task over its labelled examples; means over the tasks with both classes."""
@@ -306,6 +345,7 @@ class WeaveModel(MoleculeTaskModel):
             (e.g. negatives / positives on train); ``None``: 1.
         layers, atom_size, pair_size, graph_size, mlp_size, pool, dropout: see
             :func:`weave_network`.
+        uncertainty: ``none`` or ``mve`` (regression: ``foldexp.models.uncertainty``).
     """
 
     def __init__(
@@ -326,21 +366,14 @@ class WeaveModel(MoleculeTaskModel):
         task: str = "regression",
         target_names: Sequence[str] | None = None,
         pos_weight: Sequence[float] | None = None,
+        uncertainty: str = "none",
     ) -> None:
         super().__init__()
-        self._init_targets(num_targets, target_mean, target_std, task, target_names, pos_weight)
-        net = weave_network(
-            atom_features,
-            pair_features,
-            num_targets,
-            layers,
-            atom_size,
-            pair_size,
-            graph_size,
-            mlp_size,
-            pool,
-            dropout,
+        self._init_targets(
+            num_targets, target_mean, target_std, task, target_names, pos_weight, uncertainty
         )
+        sizes = (layers, atom_size, pair_size, graph_size, mlp_size, pool, dropout)
+        net = weave_network(atom_features, pair_features, self.head_width, *sizes)
         # Molecules are immutable and recur every epoch: trace each one once.
         self.compiler = Compiler(net, cache_traces=True)
 

@@ -52,6 +52,7 @@ from foldexp.kernels import configure_kernels, keep_freed_memory
 from foldexp.train import distributed as dd
 from foldexp.train import launch
 from foldexp.train.artifacts import read_verified_json, trust_unverified, write_json
+from foldexp.train.calibration import calibrate_best
 from foldexp.train.checkpoint import (
     ProgressLimits,
     load_best,
@@ -330,10 +331,12 @@ def _test(run: TrainingRun, cfg: RunSettings, started: float) -> dict[str, Any]:
     """The best checkpoint scored on test, with what the run was."""
     progress = run.progress
     load_best(run.ctx, run.best, run.model)
+    calibration = calibrate_best(run)  # a model's optional hook (uncertainty), on dev
     return {
         "best_epoch": progress["best_epoch"],
         f"best_{run.select}": progress["best"],
         "select_metric": run.select,
+        **calibration,
         **evaluate_split(run, "test"),
         "epochs_run": len(progress["history"]),
         "steps": progress["step"],

@@ -289,7 +289,7 @@ def test_every_integer_key_of_every_schema_has_both_bounds() -> None:
     unbounded = []
     for schema in _schemas():
         for f in dataclasses.fields(schema):
-            if "int" not in str(f.type).replace("Point", ""):
+            if "int" not in str(f.type).replace("Point", "").replace("Uncertainty", ""):
                 continue
             rng = f.metadata.get("range")
             if (

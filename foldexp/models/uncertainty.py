@@ -1,0 +1,173 @@
+"""Uncertainty of molecule regression: mean-variance estimation (``model.uncertainty=mve``).
+
+With ``mve`` a molecule model's head gives two outputs a target: the mean and a raw variance
+``v``, made positive as ``σ² = softplus(v) + 1e-6`` (chemprop's MVE head; both in standardised
+units), and trains on the Gaussian negative log-likelihood ``½ (log σ² + (y − μ)² / σ²)``
+(Nix & Weigend 1994), masked like the point loss.
+
+Calibration (``calibrate``, after training, on the dev split): each target's σ is multiplied by
+the scale ``s = q₀.₉(|z|) / 1.645``, ``z = (y − μ) / σ`` over the dev molecules labelled for it,
+so that the nominal 90% interval ``μ ± 1.645 s σ`` covers 90% of dev (the interval-quantile
+scaling of Zelikman et al. 2020, at the 90% level). The scale is a buffer of the model, saved in
+``best.pt`` and applied by ``predict`` (``<target>_std``).
+
+Metrics (``uncertainty_metrics``), with the calibrated σ, per target (``_<target>`` suffix, with
+several targets) and as a mean over targets:
+
+- ``coverage90``: the share of labelled molecules whose target lies in ``μ ± 1.645 s σ``
+  (``coverage90_uncalibrated``: with ``s = 1``);
+- ``miscalibration_area``: the mean over ``p = 0.01 … 0.99`` of ``|observed(p) − p|``, where
+  ``observed(p)`` is the share inside the central ``p`` interval of the Gaussian (Tran et al.
+  2020; chemprop's miscalibration area): 0 for calibrated σ, at most 0.5.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "UNCERTAINTIES",
+    "Z90",
+    "calibrate_scale",
+    "check_uncertainty",
+    "coverage",
+    "gaussian_nll",
+    "interval_scale",
+    "miscalibration_area",
+    "mve_predict",
+    "mve_split",
+    "mve_statistics",
+    "uncertainty_metrics",
+]
+
+UNCERTAINTIES = ("none", "mve")
+Z90 = 1.6448536269514722  # the standard normal's 95th percentile: μ ± Z90 σ holds 90%
+_MIN_VARIANCE = 1e-6
+
+
+def mve_split(z: torch.Tensor, num_targets: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A head's ``(B, 2T)`` outputs → the mean ``(B, T)`` and the variance ``(B, T)``."""
+    mean, raw = z[:, :num_targets], z[:, num_targets:]
+    return mean, F.softplus(raw) + _MIN_VARIANCE
+
+
+def gaussian_nll(
+    mean: torch.Tensor, var: torch.Tensor, target: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """The masked mean of ``½ (log σ² + (y − μ)² / σ²)`` (the constant ``½ log 2π`` left out)."""
+    nll = 0.5 * (torch.log(var) + (target - mean) ** 2 / var)
+    # Missing targets are stored as 0: where() keeps them (and their gradients) out.
+    return torch.where(mask, nll, torch.zeros_like(nll)).sum() / mask.sum().clamp(min=1)
+
+
+def interval_scale(z: torch.Tensor, level: float = 0.9) -> float:
+    """The scale that makes ``μ ± Φ⁻¹((1+level)/2) s σ`` cover ``level`` of ``z = r / σ``
+    (1 when there is no ``z``)."""
+    if not len(z):
+        return 1.0
+    q = torch.quantile(z.abs().double(), level).item()
+    return max(q / _normal_quantile(level), 1e-6)
+
+
+def _normal_quantile(level: float) -> float:
+    """``Φ⁻¹((1 + level) / 2)``: the half-width of the central ``level`` interval."""
+    return math.sqrt(2.0) * torch.erfinv(torch.tensor(level, dtype=torch.float64)).item()
+
+
+def coverage(z: torch.Tensor, scale: float = 1.0) -> float:
+    """The share of ``|z| ≤ 1.645 scale``: what the nominal 90% interval covers."""
+    return float((z.abs() <= Z90 * scale).double().mean()) if len(z) else math.nan
+
+
+def miscalibration_area(z: torch.Tensor, scale: float = 1.0) -> float:
+    """Mean ``|observed(p) − p|`` over ``p = 0.01 … 0.99`` (module docstring)."""
+    if not len(z):
+        return math.nan
+    p = torch.linspace(0.01, 0.99, 99, dtype=torch.float64)
+    half = math.sqrt(2.0) * torch.erfinv(p) * scale  # (99,)
+    observed = (z.abs().double()[:, None] <= half[None, :]).double().mean(0)
+    return float((observed - p).abs().mean())
+
+
+def uncertainty_metrics(
+    residual: torch.Tensor,
+    sigma: torch.Tensor,
+    labelled: torch.Tensor,
+    scale: Sequence[float],
+    suffixes: Sequence[str],
+) -> dict[str, float]:
+    """``coverage90``, ``coverage90_uncalibrated`` and ``miscalibration_area``, each the mean
+    over targets, and per target when there are several. ``residual``, ``sigma``,
+    ``labelled``: ``(N, T)`` over a split; ``scale``: each target's calibration scale."""
+    names = ("coverage90", "coverage90_uncalibrated", "miscalibration_area")
+    per: dict[str, list[float]] = {name: [] for name in names}
+    out: dict[str, float] = {}
+    for k, suffix in enumerate(suffixes):
+        z = (residual[:, k] / sigma[:, k])[labelled[:, k].bool()]
+        values = (coverage(z, scale[k]), coverage(z), miscalibration_area(z, scale[k]))
+        for name, value in zip(names, values, strict=True):
+            per[name].append(value)
+            if len(suffixes) > 1:
+                out[f"{name}_{suffix}"] = value
+    for name, values in per.items():
+        finite = [v for v in values if not math.isnan(v)]
+        out[name] = sum(finite) / len(finite) if finite else math.nan
+    return out
+
+
+def check_uncertainty(uncertainty: Any, task: str) -> str:
+    """``model.uncertainty`` as a plain string; ``mve`` needs a regression task."""
+    value = str(getattr(uncertainty, "value", uncertainty))
+    if value not in UNCERTAINTIES:
+        raise ValueError(f"model.uncertainty={value}; expected one of {', '.join(UNCERTAINTIES)}")
+    if value != "none" and task != "regression":
+        raise ValueError(
+            f"model.uncertainty={value} estimates a regression target's spread, but the task is "
+            f"{task}; use model.uncertainty=none (or dataset.task=regression)"
+        )
+    return value
+
+
+def mve_predict(
+    z: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, scale: torch.Tensor
+) -> torch.Tensor:
+    """``(B, 2T)`` head outputs → ``(B, 2T)``: each target's value, then its calibrated
+    standard deviation, both in the target's units (``<target>``, ``<target>_std``)."""
+    mu, var = mve_split(z, len(mean))
+    values = mu * std + mean
+    sigma = var.sqrt() * std * scale
+    return torch.stack([values, sigma], dim=2).reshape(len(z), -1)
+
+
+def mve_statistics(
+    err: torch.Tensor, var: torch.Tensor, std: torch.Tensor, mask: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """A batch's per-example ``residual`` and (uncalibrated) ``sigma`` in the targets' units and
+    ``labelled``, ``(B, T)`` each: concatenated over a split for ``uncertainty_metrics``."""
+    return {"residual": err, "sigma": (var.sqrt() * std).detach(), "labelled": mask}
+
+
+def calibrate_scale(model: Any, examples: Sequence[Any], batch_size: int) -> dict[str, Any]:
+    """Sets ``model.calibration_scale`` to each target's ``interval_scale`` over ``examples``
+    (the dev split) and returns ``{"calibration_scale": [...]}``."""
+    model.eval()
+    parts: dict[str, list[torch.Tensor]] = {"residual": [], "sigma": [], "labelled": []}
+    with torch.no_grad():
+        for start in range(0, len(examples), batch_size):
+            out = model(model.collate(list(examples[start : start + batch_size])))
+            for key, values in parts.items():
+                values.append(out[key].detach().cpu())
+    if not parts["residual"]:
+        return {}
+    residual, sigma, labelled = (torch.cat(parts[k]) for k in ("residual", "sigma", "labelled"))
+    scales = [
+        interval_scale((residual[:, k] / sigma[:, k])[labelled[:, k].bool()])
+        for k in range(residual.shape[1])
+    ]
+    model.calibration_scale.copy_(torch.tensor(scales, dtype=torch.float32))
+    return {"calibration_scale": scales}
