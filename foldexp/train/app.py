@@ -99,9 +99,13 @@ def main(cfg: DictConfig) -> float | None:
     check_command_line(cfg)  # what OmegaConf lets through (a boolean key given 2)
     composition_done()  # from here, errors are the run's (foldexp/config/hydra_errors.py)
     from foldexp.train.loop import run_train
+    from foldexp.train.run_record import staged_record, write_staged_record
 
     try:
-        results = report_errors("train", lambda: run_train(cfg))
+        with staged_record(cfg):  # written into the run folder once it is claimed
+            results = report_errors("train", lambda: run_train(cfg))
+            if os.environ.get("RANK", "0") == "0":  # DDP spawned here: the ranks did not
+                write_staged_record(Path(cfg.paths.output_dir))
     except KeyboardInterrupt:
         # caught here, outermost: the run folder's lock, atomic writes and DDP teardown have
         # already cleaned up on the way out (they handle BaseException)

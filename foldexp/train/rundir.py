@@ -40,6 +40,7 @@ from foldexp.train import distributed as dd
 from foldexp.train.artifacts import CHECKSUM_SUFFIX
 from foldexp.train.checkpoint import check_resume
 from foldexp.train.curves import plot_curves, write_metrics_csv
+from foldexp.train.run_record import write_staged_record
 
 try:
     import fcntl
@@ -63,6 +64,8 @@ LOCK_NAME = ".foldexp.lock"
 # A run's own files and folders, removed by trainer.overwrite=true (with .sha256 sidecars).
 _RUN_FILES = ("results.json", "metrics.csv", "run_info.json", "ranks.csv")
 _RUN_FOLDERS = ("checkpoints", "tensorboard")
+# What else a run writes: a folder holding any of these (or a .png) but no lock is not a run's.
+_RUN_OTHERS = ("results.md", "per_task.csv", ".hydra")
 _TMP = re.compile(r"^\..+\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.tmp$")
 
 
@@ -95,6 +98,13 @@ class RunLock:
         if fd is not None:
             _HELD.add(fd)
 
+    def stamp(self) -> None:
+        """Records the owner (PID and host) in the lock file: once the run has the folder, so
+        that a refused run leaves the previous owner's record as it was."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, f"{os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+
     def release(self) -> None:
         if self._fd is not None:
             _HELD.discard(self._fd)
@@ -102,9 +112,10 @@ class RunLock:
             self._fd = None
 
 
-def lock_run_dir(out_dir: Path) -> RunLock:
+def lock_run_dir(out_dir: Path, stamp: bool = True) -> RunLock:
     """Takes ``out_dir``'s lock at once or raises ``RunFolderError`` naming the owner (or why
-    the folder cannot be made)."""
+    the folder cannot be made); with ``stamp``, records this process as the owner at once
+    (else ``RunLock.stamp`` does, once the run is sure to have the folder)."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -129,9 +140,10 @@ def lock_run_dir(out_dir: Path) -> RunLock:
         os.close(fd)
         log.warning("cannot lock %s (%s): the run folder is not protected", path, exc)
         return RunLock(path, None)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-    return RunLock(path, fd)
+    lock = RunLock(path, fd)
+    if stamp:
+        lock.stamp()
+    return lock
 
 
 def previous_run(out_dir: Path) -> list[str]:
@@ -151,22 +163,39 @@ def _remove_previous_run(out_dir: Path, found: list[str]) -> None:
             path.unlink(missing_ok=True)
 
 
-def _check_previous_run(out_dir: Path, resume: bool, overwrite: bool) -> None:
+def _refusal(out_dir: Path, resume: bool, overwrite: bool, locked: bool) -> str | None:
+    """Why the run may not have ``out_dir``, or ``None``. Unless ``locked`` (this process holds
+    its lock), a folder without a lock file that holds what a run writes, but no run, is not a
+    foldexp run folder: its files are someone else's, so even ``trainer.overwrite`` keeps off."""
     if resume and overwrite:
-        raise RunFolderError(
+        return (
             "trainer.resume=true continues the run in the folder and trainer.overwrite=true "
             "replaces it: choose one"
         )
     found = previous_run(out_dir)
-    if not found or resume:
-        return
-    if not overwrite:
-        raise RunFolderError(
+    if found and not (resume or overwrite):
+        return (
             f"{out_dir} already holds a run ({', '.join(found)}): continue it with "
             "trainer.resume=true, replace it with trainer.overwrite=true, or give this run its "
             "own folder (hydra.run.dir=…)"
         )
-    _remove_previous_run(out_dir, found)
+    theirs = [] if found or locked or (out_dir / LOCK_NAME).exists() else _run_names(out_dir)
+    if theirs:
+        return (
+            f"{out_dir} is not a foldexp run folder (no {LOCK_NAME}) but holds "
+            f"{', '.join(theirs[:5])}, which a run would write over: give this run its own "
+            "folder (hydra.run.dir=…)"
+        )
+    return None
+
+
+def _run_names(out_dir: Path) -> list[str]:
+    """The names in ``out_dir`` that a run writes (its files, sidecars and plots)."""
+    if not out_dir.is_dir():
+        return []
+    names = sorted(p.name for p in out_dir.iterdir())
+    own = set(_RUN_FILES + _RUN_FOLDERS + _RUN_OTHERS)
+    return [n for n in names if n.removesuffix(CHECKSUM_SUFFIX) in own or n.endswith(".png")]
 
 
 def _alive(pid: int) -> bool:
@@ -197,16 +226,34 @@ def clean_stale_tmp(out_dir: Path) -> list[Path]:
 
 
 def _claim(out_dir: Path, cfg: RunSettings) -> RunLock:
-    """Rank 0's part: lock, check the folder, clean it; releases the lock if a check fails."""
-    lock = lock_run_dir(out_dir)
+    """Rank 0's part: check, lock, check again, clean the folder, stamp the lock and write the
+    run's record of its config (``run_record``). A refused run changes nothing: the folder is
+    checked before the lock file is made, the lock stamped only once the checks pass, and what
+    this call made (the folder, the lock file) is removed again."""
+    resume, overwrite = bool(cfg.trainer.resume), bool(cfg.trainer.overwrite)
+    refusal = _refusal(out_dir, resume, overwrite, locked=False)
+    if refusal:
+        raise RunFolderError(refusal)
+    made = [p for p in (out_dir, out_dir / LOCK_NAME) if not p.exists()]
+    lock = lock_run_dir(out_dir, stamp=False)
     try:
-        _check_previous_run(out_dir, bool(cfg.trainer.resume), bool(cfg.trainer.overwrite))
-        if cfg.trainer.resume:
+        refusal = _refusal(out_dir, resume, overwrite, locked=True)  # another run came first
+        if refusal:
+            raise RunFolderError(refusal)
+        if resume:
             check_resume(out_dir / "checkpoints" / "last.pt", cfg.plain_config())
-        clean_stale_tmp(out_dir)
+        found = previous_run(out_dir)
+        if found and overwrite:
+            _remove_previous_run(out_dir, found)
     except BaseException:
         lock.release()
+        for path in reversed(made):
+            with contextlib.suppress(OSError):
+                path.rmdir() if path == out_dir else path.unlink()
         raise
+    lock.stamp()
+    clean_stale_tmp(out_dir)
+    write_staged_record(out_dir)
     return lock
 
 

@@ -103,6 +103,7 @@ def test_run_killed_before_its_first_checkpoint_starts_again(
 ) -> None:
     out = tmp_path / "early"
     out.mkdir()
-    (out / "run_info.json").write_text("{}\n")  # all a run leaves before its first checkpoint
+    (out / LOCK_NAME).write_text("1 on host\n")  # all a run leaves before its first checkpoint
+    (out / "run_info.json").write_text("{}\n")
     run_train(compose_config(tiny, out))
     assert (out / "checkpoints" / "last.pt").exists()
