@@ -1,5 +1,6 @@
-"""Shared fixtures: seeded RNGs, the real-data root (``FOLDEXP_DATA``), the oneDNN switch, the
-``foldexp`` command and Triton's interpreter in a subprocess."""
+"""Shared fixtures: seeded RNGs, the real-data root (``FOLDEXP_DATA``) and the composition of
+presets that name its files, the oneDNN switch, the ``foldexp`` command and Triton's
+interpreter in a subprocess."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -42,6 +44,26 @@ def data_root() -> Path:
     if not root or not Path(root).is_dir():
         pytest.skip("FOLDEXP_DATA is not set to a data folder")
     return Path(root)
+
+
+@pytest.fixture
+def compose_or_skip() -> Callable[..., Any]:
+    """``compose(overrides, output_dir=None)``: ``compose_config``, skipping the test, saying
+    why, when the config names a data file this machine lacks (``sst_treelstm_glove``'s GloVe
+    vectors) and ``FOLDEXP_DATA`` is unset: a bare clone has no data folder. With
+    ``FOLDEXP_DATA`` set, a missing file fails the test."""
+    from foldexp.config.errors import MissingFileError
+    from foldexp.train.app import compose_config
+
+    def compose(overrides: list[str], output_dir: Path | None = None) -> Any:
+        try:
+            return compose_config(overrides, output_dir=output_dir)
+        except MissingFileError as err:
+            if os.environ.get("FOLDEXP_DATA"):
+                raise
+            pytest.skip(f"needs the data folder (FOLDEXP_DATA is unset): {err}")
+
+    return compose
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

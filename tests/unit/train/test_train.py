@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
+from foldexp.config import CONF_DIR
 from foldexp.config.errors import ConfigError
 from foldexp.train.app import compose_config
 from foldexp.train.loop import TrainingDiverged, run_train
@@ -127,15 +128,18 @@ def test_config_errors_fail_at_compose_time(override: str, message: str, tmp_pat
         compose_config(override.split(), tmp_path)
 
 
-def test_every_experiment_composes(tmp_path: Path) -> None:
-    from foldexp.config import CONF_DIR
+PRESETS = sorted(p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml"))
 
-    names = sorted(p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml"))
-    assert "calc_treelstm" in names
-    for name in names:
-        cfg = compose_config([f"experiment={name}"], tmp_path)
-        assert cfg.task_name == name
-        assert cfg.dataset._target_ and cfg.model._target_
+
+def test_the_presets_are_found() -> None:
+    assert "calc_treelstm" in PRESETS and "sst_treelstm_glove" in PRESETS
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_experiment_composes(name: str, tmp_path: Path, compose_or_skip) -> None:
+    cfg = compose_or_skip([f"experiment={name}"], tmp_path)
+    assert cfg.task_name == name
+    assert cfg.dataset._target_ and cfg.model._target_
 
 
 def test_cuda_requested_without_gpu_fails_before_work(tmp_path: Path) -> None:
