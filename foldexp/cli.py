@@ -24,6 +24,7 @@ COMMANDS = {
     "ensemble": "average the predictions of a sweep's runs (foldexp ensemble DIR)",
     "predict": "a trained run's predictions for new inputs, as CSV (foldexp predict RUN_DIR INPUT)",
     "eval": "score a trained run on a split or another file (foldexp eval RUN_DIR [key=value])",
+    "fingerprint": "each input's learned representation, as CSV (foldexp fingerprint RUN INPUT)",
     "demo": "print a batch schedule and the speedup of dynamic batching",
     "data": "fetch, import and describe datasets (foldexp data --help)",
 }
@@ -246,10 +247,10 @@ def _allow_target_option(ap: argparse.ArgumentParser) -> None:
     )
 
 
-def _predict(argv: list[str]) -> int:
+def _predict(argv: list[str], command: str = "predict") -> int:
     from foldexp.analysis.predict import stream_predict
 
-    ap = argparse.ArgumentParser(prog="foldexp predict", description=COMMANDS["predict"])
+    ap = argparse.ArgumentParser(prog=f"foldexp {command}", description=COMMANDS[command])
     ap.add_argument("run_dir", help="a trained run's folder (run_info.json, checkpoints/best.pt)")
     ap.add_argument(
         "input",
@@ -269,6 +270,7 @@ def _predict(argv: list[str]) -> int:
             column=a.column,
             batch_size=a.batch_size,
             allow_targets=a.allow_target,
+            fingerprint=command == "fingerprint",
         )
     if a.output:
         print(f"wrote {a.output}: {rows} rows, {failed} with an error", file=sys.stderr)
@@ -357,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         "report": _report,
         "ensemble": _ensemble,
         "predict": _predict,
+        "fingerprint": lambda rest: _predict(rest, "fingerprint"),
         "eval": _eval,
         "train": _hydra_app("train", "foldexp.train.app"),
         "bench": _hydra_app("bench", "foldexp.bench.app"),

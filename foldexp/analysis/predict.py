@@ -1,4 +1,6 @@
-"""``foldexp predict RUN_DIR INPUT``: a trained run's predictions for new inputs, as a CSV.
+"""``foldexp predict RUN_DIR INPUT``: a trained run's predictions for new inputs, as a CSV;
+``foldexp fingerprint RUN_DIR INPUT``: the same rows with each input's learned representation
+(``model.encode``: the readout before the head) in columns ``fp_0 …`` instead.
 
 INPUT is a CSV or CSV.gz holding the run's input column (its SMILES or text column, or
 ``--column``; comma, tab or semicolon separated, found as training finds it), a PTB file (one
@@ -45,6 +47,7 @@ from foldexp.analysis.predict_inputs import (
 )
 from foldexp.blocks import InputError
 from foldexp.data.cells import spreadsheet_row
+from foldexp.models.contract import ModelContractError
 from foldexp.train.artifacts import atomic_write
 from foldexp.train.runs import TrainedRun, load_trained
 
@@ -59,14 +62,37 @@ def _predict_batch(run: TrainedRun, examples: Sequence[Any]) -> torch.Tensor:
         return run.model.predict(run.model.collate(list(examples))).detach().cpu()
 
 
-def _predict_all(run: TrainedRun, parsed: Parsed, batch_size: int) -> list[Any]:
+def _encode_batch(run: TrainedRun, examples: Sequence[Any]) -> torch.Tensor:
+    """``foldexp fingerprint``: each input's learned representation (``model.encode``)."""
+    with torch.no_grad():
+        return run.model.encode(run.model.collate(list(examples))).detach().float().cpu()
+
+
+def _fingerprint_columns(run: TrainedRun) -> list[str]:
+    """``fp_0 … fp_{D-1}``: a model with ``encode(batch)`` (the readout before its head, ``D =
+    encode_size`` wide) gives them; any other is refused in one line."""
+    size = getattr(run.model, "encode_size", None)
+    if not callable(getattr(run.model, "encode", None)) or not isinstance(size, int):
+        raise ModelContractError(
+            f"{type(run.model).__name__} has no encode(batch) and "
+            "encode_size (the readout before its head); model=dmpnn has them"
+        )
+    return [f"fp_{k}" for k in range(size)]
+
+
+def _predict_all(
+    run: TrainedRun,
+    parsed: Parsed,
+    batch_size: int,
+    forward: Callable[[TrainedRun, Sequence[Any]], torch.Tensor] = _predict_batch,
+) -> list[Any]:
     """One entry per input: a row of predictions or an error message."""
     results: list[Any] = [error for _, error in parsed]
     valid = [i for i, (example, _) in enumerate(parsed) if example is not None]
     for start in range(0, len(valid), batch_size):
         chunk = valid[start : start + batch_size]
         try:
-            rows = _predict_batch(run, [parsed[i][0] for i in chunk])
+            rows = forward(run, [parsed[i][0] for i in chunk])
         except (InputError, ValueError, KeyError, IndexError):
             rows = None  # retried one at a time below, so only the bad input loses its row
         for k, i in enumerate(chunk):
@@ -74,7 +100,7 @@ def _predict_all(run: TrainedRun, parsed: Parsed, batch_size: int) -> list[Any]:
                 results[i] = rows[k].tolist()
                 continue
             try:
-                results[i] = _predict_batch(run, [parsed[i][0]])[0].tolist()
+                results[i] = forward(run, [parsed[i][0]])[0].tolist()
             except (InputError, ValueError, KeyError, IndexError) as exc:
                 results[i] = _reason(exc)
     return results
@@ -104,14 +130,19 @@ def _chunks(items: Iterator[Item]) -> Iterator[list[Item]]:
 
 
 def _predict_chunk(
-    run: TrainedRun, parse: Parser, chunk: list[Item], width: int, batch_size: int
+    run: TrainedRun,
+    parse: Parser,
+    chunk: list[Item],
+    width: int,
+    batch_size: int,
+    forward: Callable[[TrainedRun, Sequence[Any]], torch.Tensor] = _predict_batch,
 ) -> list[list[Any]]:
     """The output rows of ``chunk``: the input, its other cells, ``width`` predictions (or
     blanks), the error."""
     readable = [k for k, item in enumerate(chunk) if item[2] is None]
     parsed = parse([chunk[k][0] for k in readable], [chunk[k][1] for k in readable])
     outcomes: list[Any] = [item[2] for item in chunk]
-    for k, outcome in zip(readable, _predict_all(run, parsed, batch_size), strict=True):
+    for k, outcome in zip(readable, _predict_all(run, parsed, batch_size, forward), strict=True):
         outcomes[k] = outcome
     rows = []
     for (value, _, _, kept), outcome in zip(chunk, outcomes, strict=True):
@@ -132,10 +163,12 @@ def stream_predict(
     allow_targets: Sequence[str] = (),
     progress: bool | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    fingerprint: bool = False,
 ) -> tuple[int, int]:
     """Predicts every input of ``input_path`` a chunk at a time, writing each chunk's rows to
     ``output`` (atomically: the file appears once every row is written) or to stdout (as they
-    come); returns ``(rows, rows with an error)``. ``on_row`` sees each row as a dict."""
+    come); returns ``(rows, rows with an error)``. ``on_row`` sees each row as a dict.
+    ``fingerprint``: the readout before the head (``fp_0 …``) instead of the predictions."""
     if batch_size < 1:
         raise ValueError(f"--batch-size={batch_size}; expected a value >= 1")
     run = load_trained(run_dir, allow_targets)
@@ -146,7 +179,8 @@ def stream_predict(
         )
     source = source_name(input_path)
     run_column, parse = input_reader(run, source)
-    columns = list(run.model.prediction_columns())
+    columns = _fingerprint_columns(run) if fingerprint else list(run.model.prediction_columns())
+    forward = _encode_batch if fingerprint else _predict_batch
     counts = [0, 0]
 
     def write(out: IO[str]) -> None:
@@ -159,7 +193,7 @@ def stream_predict(
             writer.writerow(spreadsheet_row(header))
             bar = tqdm(desc="predict", unit="input", disable=not _show(progress))
             for chunk in _chunks(items):
-                rows = _predict_chunk(run, parse, chunk, len(columns), batch_size)
+                rows = _predict_chunk(run, parse, chunk, len(columns), batch_size, forward)
                 writer.writerows(spreadsheet_row(row) for row in rows)
                 out.flush()  # the rows so far reach a pipe before the rest is read
                 counts[0] += len(rows)

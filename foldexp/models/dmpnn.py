@@ -139,6 +139,7 @@ class DMPNNModel(MoleculeTaskModel):
             num_targets, target_mean, target_std, task, target_names, pos_weight, uncertainty
         )
         self.depth = depth
+        self.encode_size = hidden_size  # encode()'s width: foldexp fingerprint's columns
         self.w_i = nn.Linear(atom_features + pair_features, hidden_size, bias=False)
         self.w_h = nn.Linear(hidden_size, hidden_size, bias=False)
         self.w_o = nn.Linear(atom_features + hidden_size, hidden_size)
