@@ -19,7 +19,18 @@ import pandas as pd
 from foldexp.data.cells import spreadsheet_frame
 from foldexp.train.artifacts import atomic_write
 
-__all__ = ["plot_curves", "write_metrics_csv"]
+__all__ = ["MAX_PANELS", "per_task_due", "plot_curves", "write_metrics_csv"]
+
+#: Panels of ``per_task.png`` at most: a page of 6 rows of 4.
+MAX_PANELS = 24
+
+
+def per_task_due(epoch: int, epochs: int, last: bool = False) -> bool:
+    """Whether the training loop redraws ``per_task.png`` after ``epoch`` (from 0) of
+    ``epochs``: after epochs 1, 2, 4, 8, … (counted from 1) and after the ``last`` one, so a run
+    of E epochs draws it about log2(E) + 1 times, not E times."""
+    done = epoch + 1
+    return last or done >= epochs or done & (done - 1) == 0
 
 
 def write_metrics_csv(path: str | os.PathLike[str], rows: list[dict[str, Any]]) -> Path:
@@ -38,6 +49,7 @@ def plot_curves(
     best_epoch: int | None = None,
     tasks: Sequence[str] = (),
     units: Sequence[str] | None = None,
+    per_task: bool = True,
 ) -> list[Path]:
     """Draws ``loss.png`` and ``<metric>.png`` from a ``metrics.csv`` (redrawable any time).
 
@@ -46,8 +58,8 @@ def plot_curves(
     losses go on a log axis, where late epochs' small differences stay visible. Epochs are
     whole numbers on the axis. ``tasks``: the targets' metric suffixes of a run over several
     targets; their per-target metrics (``dev_roc_auc_NR_AR``) make one figure of small
-    multiples, ``per_task.png``, not a file each. ``units``: each target's units, written on
-    the RMSE and MAE axes.
+    multiples, ``per_task.png``, not a file each (at most ``MAX_PANELS`` panels; drawn only
+    with ``per_task``). ``units``: each target's units, written on the RMSE and MAE axes.
     """
     import matplotlib
 
@@ -59,14 +71,14 @@ def plot_curves(
     df = pd.read_csv(csv_path)
     out_dir = Path(out_dir)
     title = title or out_dir.resolve().name
-    per_task = per_task_keys(list(df.columns), tasks)
+    task_keys = per_task_keys(list(df.columns), tasks)
     common = units[0] if units and len(set(units)) == 1 else None
     written = []
     metrics = sorted(
         {
             c.split("_", 1)[1]
             for c in df.columns
-            if c.startswith(("train_", "dev_")) and "_" in c and c not in per_task
+            if c.startswith(("train_", "dev_")) and "_" in c and c not in task_keys
         }
     )
     for metric in metrics:
@@ -78,7 +90,7 @@ def plot_curves(
         ax.set_title(title, fontsize=9)
         ax.legend()
         written.append(_save_figure(plt, fig, out_dir / f"{metric}.png"))
-    if per_task:
+    if task_keys and per_task:
         written.append(_small_multiples(plt, df, tasks, units, title, best_epoch, out_dir))
     return written
 
@@ -119,25 +131,30 @@ def _small_multiples(
     out_dir: Path,
 ) -> Path:
     """``per_task.png``: one panel per target of its first per-target metric (ROC AUC for
-    classification, RMSE for regression), train and dev."""
+    classification, RMSE for regression), train and dev; the first ``MAX_PANELS`` targets only,
+    the title saying how many were left out (``metrics.csv`` and ``per_task.csv`` hold all):
+    a figure's cost and size grow with its panels, and 1,000 took minutes an epoch."""
     base = next(
         m for m in ("roc_auc", "rmse", "prc_auc", "mae") if f"dev_{m}_{tasks[0]}" in df.columns
     )
-    width = min(4, len(tasks))
-    height = -(-len(tasks) // width)
+    shown = list(tasks[:MAX_PANELS])
+    width = min(4, len(shown))
+    height = -(-len(shown) // width)
     fig, axes = plt.subplots(
         height, width, figsize=(3 * width, 2.4 * height), squeeze=False, sharex=True
     )
-    for k, (ax, suffix) in enumerate(zip(axes.flat, tasks, strict=False)):
+    for k, (ax, suffix) in enumerate(zip(axes.flat, shown, strict=False)):
         cols = [c for c in (f"train_{base}_{suffix}", f"dev_{base}_{suffix}") if c in df.columns]
         unit = units[k] if units else None
         _curves(ax, df, cols, best, base, unit)
         ax.set_title(suffix, fontsize=9)
         ax.set_xlabel("")
-    for ax in list(axes.flat)[len(tasks) :]:
+    for ax in list(axes.flat)[len(shown) :]:
         ax.set_visible(False)
     axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"{title}: {base} per target", fontsize=10)
+    left_out = len(tasks) - len(shown)
+    more = f" (the first {len(shown)}; {left_out} more in metrics.csv)" if left_out else ""
+    fig.suptitle(f"{title}: {base} per target{more}", fontsize=10)
     fig.supxlabel("epoch", fontsize=9)
     return _save_figure(plt, fig, out_dir / "per_task.png")
 

@@ -35,7 +35,7 @@ from foldexp.config.settings import TrainerSettings
 from foldexp.train import distributed as dd
 from foldexp.train.artifacts import restorable
 from foldexp.train.checkpoint import save_run
-from foldexp.train.curves import plot_curves, write_metrics_csv
+from foldexp.train.curves import per_task_due, plot_curves, write_metrics_csv
 from foldexp.train.ema import ParamAverage
 from foldexp.train.evaluate import evaluate, improves
 from foldexp.train.loaders import RunLoaders
@@ -376,6 +376,14 @@ def _end_epoch(run: TrainingRun, t_epoch: float) -> None:
         write_metrics_csv(run.out_dir / "metrics.csv", progress["history"])
         if tc.plots:
             best = progress["best_epoch"]
+            # per_task.png after epochs 1, 2, 4, 8, ... and the last: its cost grows with targets
+            tasks = per_task_due(epoch, tc.epochs, bool(progress.get("stopped")))
             plot_curves(
-                run.out_dir / "metrics.csv", run.out_dir, run.title, best, run.tasks, run.units
+                run.out_dir / "metrics.csv",
+                run.out_dir,
+                run.title,
+                best,
+                run.tasks,
+                run.units,
+                per_task=tasks,
             )
