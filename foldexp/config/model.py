@@ -14,6 +14,7 @@ from omegaconf import MISSING
 
 from foldexp.config.fields import (
     MAX_LAYERS,
+    a_path,
     decay,
     learning_rate,
     positive,
@@ -29,6 +30,7 @@ __all__ = [
     "ChildSumTreeLSTMModelConfig",
     "DMPNNModelConfig",
     "EmbeddingOptimizer",
+    "Freeze",
     "Pooling",
     "SequenceLSTMModelConfig",
     "TreeLSTMModelConfig",
@@ -49,6 +51,11 @@ class Pooling(str, Enum):
 class Uncertainty(str, Enum):
     none = "none"  # point predictions
     mve = "mve"  # mean-variance head, Gaussian NLL (regression; foldexp.models.uncertainty)
+
+
+class Freeze(str, Enum):
+    none = "none"  # train every weight
+    encoder = "encoder"  # train the head only (with init_from)
 
 
 class AttentionScore(str, Enum):
@@ -154,6 +161,10 @@ class DMPNNModelConfig:
     # none | mve: a variance beside each regression target (predict writes <target>_std),
     # calibrated on dev after training
     uncertainty: Uncertainty = Uncertainty.none
+    # a trained D-MPNN run's folder: its encoder (message passing) starts this run's; the head
+    # is new (foldexp.models.transfer)
+    init_from: str | None = a_path(None)
+    freeze: Freeze = Freeze.none  # none | encoder: train the head only (needs init_from)
 
 
 @dataclass

@@ -108,6 +108,10 @@ class TrainingSetup(Protocol):
         ``ValueError(mismatch(run, keys))``, ``keys`` naming the dataset keys that differ."""
         ...
 
+    def trained_model(self, folder: str | Path) -> torch.nn.Module:
+        """A trained run's model (best weights), any data it saw: ``model.init_from``."""
+        ...
+
 
 @runtime_checkable
 class FoldModel(Protocol):

@@ -22,6 +22,7 @@ weave model's (``weave.MoleculeTaskModel``): regression in the targets' units, o
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from foldexp.models.transfer import check_freeze, load_encoder
+from foldexp.models.transfer import freeze as freeze_encoder
 from foldexp.models.weave import MoleculeTaskModel
 
 __all__ = ["DMPNNModel", "BondGraph", "directed_bonds", "BOND_TYPE_COLUMNS"]
@@ -38,6 +41,9 @@ __all__ = ["DMPNNModel", "BondGraph", "directed_bonds", "BOND_TYPE_COLUMNS"]
 #: ``foldexp.data.featurize.PAIR_FEATURE_NAMES`` 1..5; column 0 is "no bond"). Two atoms are
 #: bonded when one of them is set.
 BOND_TYPE_COLUMNS = slice(1, 6)
+#: The encoder's modules (message passing); ``ffn`` is the head.
+ENCODER = ("w_i", "w_h", "w_o")
+log = logging.getLogger(__name__)
 
 
 def directed_bonds(pair_features: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -113,6 +119,8 @@ class DMPNNModel(MoleculeTaskModel):
         ffn_layers: read-out layers after the sum over atoms, the last one to the targets.
         dropout: on the bond states after each step, the atom states and the read-out's inputs.
         uncertainty: ``none`` or ``mve`` (regression: ``foldexp.models.uncertainty``).
+        init_from, freeze: a trained run whose encoder starts this one; ``encoder``: train the
+            head only (``foldexp.models.transfer``).
     """
 
     def __init__(
@@ -131,6 +139,8 @@ class DMPNNModel(MoleculeTaskModel):
         target_names: Sequence[str] | None = None,
         pos_weight: Sequence[float] | None = None,
         uncertainty: str = "none",
+        init_from: str | None = None,
+        freeze: str = "none",
     ) -> None:
         super().__init__()
         if depth < 1 or ffn_layers < 1:
@@ -149,6 +159,16 @@ class DMPNNModel(MoleculeTaskModel):
             layers += [nn.Dropout(dropout), nn.Linear(hidden_size, hidden_size), nn.ReLU()]
         head = nn.Linear(hidden_size, self.head_width)
         self.ffn = nn.Sequential(*layers, nn.Dropout(dropout), head)
+        self.init_from = init_from  # read by prepare_training (a fresh or resumed run only)
+        if check_freeze(freeze, init_from) == "encoder":
+            freeze_encoder(self, ENCODER)
+
+    def prepare_training(self, setup: Any) -> None:
+        """``model.init_from``: the encoder from a trained run (``foldexp.models.transfer``)."""
+        if self.init_from:
+            where = f"model.init_from={self.init_from}"
+            copied = load_encoder(self, setup.trained_model(self.init_from), ENCODER, where)
+            log.info("%s: the encoder's %d weights start from that run", where, copied)
 
     def collate(self, molecules: Sequence[Any]) -> BondGraph:
         """The batch's bond graph (numpy and index arithmetic only: safe in DataLoader workers)."""

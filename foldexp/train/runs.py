@@ -361,6 +361,11 @@ class RunSetup:
         for run, config in runs:
             yield run, load_run_model(run, config, bundles[dataset_key(config)])
 
+    def trained_model(self, folder: str | Path) -> torch.nn.Module:
+        """One trained run's model, whatever data it saw (``model.init_from``), checked as
+        ``predict`` checks it (``load_trained``: checksums, registered targets, shapes)."""
+        return load_trained(folder).model
+
 
 def prepare_for_training(model: torch.nn.Module, setup: RunSetup) -> None:
     """Calls the model's optional ``prepare_training`` hook (``foldexp.models.contract``), then
