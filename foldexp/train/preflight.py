@@ -24,7 +24,13 @@ from foldexp.experiments.memory import physical_memory
 from foldexp.train import distributed as dd
 from foldexp.train.checkpoint import rng_state, set_rng_state
 
-__all__ = ["check_bundle", "check_model_memory", "machine_memory", "resolve_selection"]
+__all__ = [
+    "check_bundle",
+    "check_model_memory",
+    "machine_memory",
+    "resolve_selection",
+    "selection_of",
+]
 
 _PROBE_EXAMPLES = 8  # dev examples scored to learn the model's metric names
 
@@ -89,11 +95,7 @@ def resolve_selection(model: Any, bundle: Any, tc: TrainerSettings) -> tuple[str
     """``(trainer.select_metric, trainer.select_mode)``, ``auto`` taken from the model's
     ``selection()`` (else ``dev_loss``, lower is better), checked against the columns one dev
     batch produces."""
-    metric, mode = str(tc.select_metric), plain(tc.select_mode)
-    if metric == "auto":
-        chosen = model.selection() if callable(getattr(model, "selection", None)) else None
-        metric, mode = chosen or ("loss", "min")
-        metric = f"dev_{metric}"
+    metric, mode = selection_of(model, str(tc.select_metric), plain(tc.select_mode))
     columns = _dev_columns(model, bundle.dev[:_PROBE_EXAMPLES])
     if metric not in columns:
         raise ConfigError(
@@ -101,6 +103,17 @@ def resolve_selection(model: Any, bundle: Any, tc: TrainerSettings) -> tuple[str
             f"the dev columns are {', '.join(sorted(columns))}"
         )
     return metric, mode
+
+
+def selection_of(model: Any, metric: str, mode: str) -> tuple[str, str]:
+    """``(metric, mode)`` as given, or for ``metric="auto"`` the model's ``selection()`` (else
+    ``dev_loss``, lower is better); also what an Optuna study's direction follows
+    (``foldexp.train.study``)."""
+    if metric != "auto":
+        return metric, mode
+    chosen = model.selection() if callable(getattr(model, "selection", None)) else None
+    metric, mode = chosen or ("loss", "min")
+    return f"dev_{metric}", mode
 
 
 def _dev_columns(model: Any, examples: list[Any]) -> set[str]:
