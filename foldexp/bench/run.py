@@ -28,6 +28,7 @@ from foldexp.bench.timing import setup_env
 from foldexp.config import enum_value
 from foldexp.config.settings import ComposedConfig, DeviceSettings, config_yaml, settings
 from foldexp.data.cells import spreadsheet_frame
+from foldexp.executor import resolve_compile_mode, set_compile_mode
 from foldexp.kernels import configure_kernels, keep_freed_memory
 
 __all__ = ["BenchRun", "run_bench", "summarize"]
@@ -95,6 +96,8 @@ def run_bench(composed: ComposedConfig) -> pd.DataFrame:
     torch.manual_seed(seed)
     env = setup_env(enum_value(cfg.device.name), cfg.device.threads)
     configure_kernels(cfg.device.onednn, cfg.device.fused_cells, cfg.device.flush_denormal)
+    setting = enum_value(cfg.device.compile) if cfg.device.compile is not None else None
+    set_compile_mode(resolve_compile_mode(setting, enum_value(cfg.device.name)))
     if cfg.device.keep_memory:
         keep_freed_memory()
     (out_dir / "bench_config.yaml").write_text(cfg.config_yaml)

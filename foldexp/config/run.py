@@ -37,6 +37,7 @@ __all__ = [
     "Balance",
     "CsvLoggerConfig",
     "DeviceConfig",
+    "CompileMode",
     "DeviceName",
     "LRSchedule",
     "LoggerConfig",
@@ -55,6 +56,12 @@ class DeviceName(str, Enum):
     cpu = "cpu"
     cuda = "cuda"
     auto = "auto"
+
+
+class CompileMode(str, Enum):
+    off = "off"
+    graphs = "graphs"
+    inductor = "inductor"
 
 
 class SelectMode(str, Enum):
@@ -107,6 +114,12 @@ class DeviceConfig:
     # (compiler/native_trace.py). null = where it builds (a C++ compiler, and Python's headers
     # for the tracing; else torch ops, Python tracing); true requires the kernels; false: none
     fused_cells: bool | None = None
+    # how a training step runs its groups (foldexp/executor/tape.py): off = each group its own
+    # autograd graph; graphs = one autograd node for the step, each op captured once into
+    # forward and backward aten graphs run as they are; inductor = the same graphs compiled by
+    # PyTorch's Inductor (C++ on the CPU, Triton on CUDA; compiles for seconds to a minute on
+    # first use, cached on disk). null = off on the CPU, graphs on CUDA
+    compile: CompileMode | None = None
     # glibc keeps freed memory for reuse: no page faults on each step's big tensors
     keep_memory: bool = True
     # denormal floats (< 1.2e-38) read and written as 0 on torch's CPU threads: they take a slow

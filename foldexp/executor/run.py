@@ -39,25 +39,27 @@ where autograd materialises a full-size gradient per depth (O(nodes × depth) me
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 
 from foldexp.blocks.internal import Op
-from foldexp.compiler.schedule import Group, Index, Plan
+from foldexp.compiler.schedule import Group, Plan
 from foldexp.executor.calls import (
     allocate,
+    arguments,
     call_op,
     dense_route,
     on_device,
     outputs,
-    read,
     write_outputs,
 )
+from foldexp.executor.capture import capture_key, compile_mode
 from foldexp.executor.replay import run_kept
+from foldexp.executor.tape import TapeRecord, add_rows, tape_backward, tape_forward
 from foldexp.kernels import WeightGradients, collecting_weight_gradients
 from foldexp.kernels.arena import scratch_arena
-from foldexp.kernels.scatter import NATIVE_ELEMENTS, index_add_parts
 
 __all__ = ["execute"]
 
@@ -80,51 +82,6 @@ def _engine_entry() -> Any:
 _engine_run_backward = _engine_entry()
 
 
-def _arguments(
-    op: Op,
-    group: Group,
-    bufs: list[torch.Tensor],
-    leaves: list[torch.Tensor] | None = None,
-    spans: list[int] | None = None,
-) -> list[Any]:
-    """The group's arguments, read from the buffers. With ``leaves`` and ``spans`` (training),
-    float arguments are fresh autograd leaves, appended to ``leaves`` gather by gather; ``spans``
-    gets each gather's count of them.
-
-    A large gather's arguments are each their own leaf: the gathered block's backward would
-    concatenate their gradients only to scatter them again (peers step: 2.2 ms), and
-    ``index_add_parts`` adds them where they lie in one pass. A small one (below
-    ``NATIVE_ELEMENTS``) is one leaf, split: there the concatenation is cheaper than a leaf
-    per argument (SST step: 0.3 ms; on an H200, a leaf per argument and a Triton scatter made
-    SST's epoch 1.4 s slower)."""
-    args: list[Any] = [None] * len(op.in_types)
-    for ga in group.gathers:
-        x = read(bufs[ga.tid], ga.rows)
-        grad = leaves is not None and x.dtype.is_floating_point
-        if leaves is not None and isinstance(ga.rows, slice):
-            # A view would share the buffer's version counter: later writes into the buffer
-            # would then fail autograd's check on this saved input (even integer ids an
-            # embedding saves), so the graph gets its own copy.
-            x = x.clone()
-        separate = grad and len(ga.positions) > 1 and x.numel() >= NATIVE_ELEMENTS
-        if grad and not separate:
-            leaves.append(x.requires_grad_())  # type: ignore[union-attr]
-        if spans is not None:
-            spans.append(len(ga.positions) if separate else int(grad))
-        if len(ga.positions) == 1:
-            args[ga.positions[0]] = x
-            continue
-        # split_with_sizes is torch's own binding; Tensor.split's Python wrapper costs another
-        # 3 µs a call, which a 40-node tree's 9 calls feel.
-        parts = x.split_with_sizes([group.count] * len(ga.positions))
-        for pos, part in zip(ga.positions, parts):
-            if separate:
-                part = part.detach().requires_grad_()
-                leaves.append(part)  # type: ignore[union-attr]
-            args[pos] = part
-    return args
-
-
 def _run_no_grad(plan: Plan, ops: Sequence[Op], device: torch.device) -> list[torch.Tensor]:
     kept = run_kept(plan, ops, device)
     if kept is not None:
@@ -132,7 +89,7 @@ def _run_no_grad(plan: Plan, ops: Sequence[Op], device: torch.device) -> list[to
     bufs = allocate(plan, device)
     with dense_route(device):
         for g in plan.groups:
-            write_outputs(bufs, g.outs, call_op(ops[g.op], _arguments(ops[g.op], g, bufs)))
+            write_outputs(bufs, g.outs, call_op(ops[g.op], arguments(ops[g.op], g, bufs)))
     return outputs(plan, bufs)
 
 
@@ -147,37 +104,64 @@ class _Sweep:
         self.op_params = [
             [(self.pos[id(p)], p) for p in op.parameters() if id(p) in self.pos] for op in ops
         ]
+        self.op_all = [op.parameters() for op in ops]  # what a capture takes, frozen ones too
         self.n_params = len(params)
         self.weight_grads = WeightGradients(params)
+        mode = compile_mode(device.type)
+        self.tape = mode != "off"
+        self.keys = [capture_key(op, ps, mode) for op, ps in zip(ops, self.op_all)]
 
     def forward(self) -> list[torch.Tensor]:
         plan = self.plan
         bufs = self.bufs = allocate(plan, self.device)
         self.records: list[Any] = []
         deferring = collecting_weight_gradients(self.weight_grads)
-        with torch.enable_grad(), dense_route(self.device), deferring, scratch_arena("forward"):
+        # On the tape only the groups it refuses run under the dense route: each aten call of a
+        # captured graph would pass through its mode.
+        outer = nullcontext() if self.tape else dense_route(self.device)
+        with torch.enable_grad(), outer, deferring, scratch_arena("forward"):
             for g in plan.groups:
-                leaves: list[torch.Tensor] = []
-                spans: list[int] = []
-                outs = call_op(self.ops[g.op], _arguments(self.ops[g.op], g, bufs, leaves, spans))
-                write_outputs(bufs, g.outs, [o.detach() for o in outs])
-                self.records.append((leaves, spans, outs))
+                op = self.ops[g.op]
+                record = (
+                    tape_forward(op, g, bufs, self.op_all[g.op], self.keys[g.op])
+                    if self.tape
+                    else None
+                )
+                self.records.append(record or self._eager_group(op, g, bufs))
         return outputs(plan, bufs)
+
+    def _eager_group(self, op: Op, g: Group, bufs: list[torch.Tensor]) -> tuple[Any, ...]:
+        """Runs one group with its own small autograd graph (inputs → outputs), kept for the
+        backward."""
+        leaves: list[torch.Tensor] = []
+        spans: list[int] = []
+        with dense_route(self.device) if self.tape else nullcontext():
+            outs = call_op(op, arguments(op, g, bufs, leaves, spans))
+        write_outputs(bufs, g.outs, [o.detach() for o in outs])
+        return (leaves, spans, outs)
 
     def backward(self, grads: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
         plan, bufs = self.plan, self.bufs
         # The values' buffers hold their gradients now: nothing reads them again (outputs were
         # copied out, gathers are copies), and memory already touched zeroes several times
         # faster than a fresh allocation (peers step: 0.4 against 1.9-2.7 ms).
+        # On the tape, saved tensors may be views of the values' buffers: fresh ones then.
+        taped = any(isinstance(r, TapeRecord) for r in self.records)
+        if taped and torch.is_grad_enabled():
+            raise RuntimeError(
+                "a second derivative (create_graph=True) through a foldexp execution needs the "
+                "per-group route: set device.compile=off (set_compile_mode('off'))"
+            )
         gbuf: list[torch.Tensor | None] = [
-            b.zero_() if b.dtype.is_floating_point else None for b in bufs
+            (torch.zeros_like(b) if taped else b.zero_()) if b.dtype.is_floating_point else None
+            for b in bufs
         ]
         targets = [(tid, rows) for tid, rows in plan.outputs]
         targets += [(tid, rows) for tid, rows, _ in plan.metrics.values()]
         for (tid, rows), g in zip(targets, grads):
             grad_buf = gbuf[tid]
             if g is not None and grad_buf is not None:
-                _accumulate(grad_buf, rows, [g])
+                add_rows(grad_buf, rows, [g])
         param_grads: list[torch.Tensor | None] = [None] * self.n_params
         owned: set[int] = set()  # param_grads this sweep allocated, so may add into in place
         # The forward's routes are open again so that a checkpointed op recomputes its forward
@@ -206,8 +190,14 @@ class _Sweep:
         plan = self.plan
         for gi in range(len(plan.groups) - 1, -1, -1):
             g = plan.groups[gi]
-            leaves, spans, outs = self.records[gi]
+            record = self.records[gi]
             self.records[gi] = None  # free this group's graph as soon as it is used
+            if isinstance(record, TapeRecord):
+                for p, gp in zip(self.op_all[g.op], tape_backward(record, g, gbuf)):
+                    if gp is not None and id(p) in self.pos:
+                        _add_param_grad(param_grads, owned, self.pos[id(p)], gp)
+                continue
+            leaves, spans, outs = record
             pairs = [
                 (o, gbuf[tid][s:e])
                 for o, (tid, s, e) in zip(outs, g.outs)
@@ -223,7 +213,7 @@ class _Sweep:
             k = 0
             for ga, span in zip(g.gathers, spans):
                 if span:  # the gather's block, or each of its arguments
-                    _accumulate(gbuf[ga.tid], ga.rows, res[k : k + span])  # type: ignore[arg-type]
+                    add_rows(gbuf[ga.tid], ga.rows, res[k : k + span])  # type: ignore[arg-type]
                     k += span
             for (i, _), gp in zip(wrt_params, res[len(leaves) :]):
                 _add_param_grad(param_grads, owned, i, gp)
@@ -264,17 +254,6 @@ def _add_param_grad(
     else:
         grads[i] = acc + g
         owned.add(i)
-
-
-def _accumulate(buf: torch.Tensor, rows: Index, parts: Sequence[torch.Tensor | None]) -> None:
-    """Adds the gradients of one gather's arguments (``None``: none) into their rows."""
-    if not isinstance(rows, slice):
-        index_add_parts(buf, rows, parts)
-        return
-    count = (rows.stop - rows.start) // len(parts)
-    for k, part in enumerate(parts):
-        if part is not None:  # add_ on the view: ``buf[a:b] += part`` copies it back again
-            buf[rows.start + k * count : rows.start + (k + 1) * count].add_(part)
 
 
 class _SweepFunction(torch.autograd.Function):

@@ -47,6 +47,7 @@ from foldexp.config import enum_value as plain
 from foldexp.config.checks import check_config
 from foldexp.config.errors import ConfigError
 from foldexp.config.settings import ComposedConfig, DeviceSettings, RunSettings, run_settings
+from foldexp.executor import resolve_compile_mode, set_compile_mode
 from foldexp.experiments.build import build_dataset, build_model, check_vectors
 from foldexp.kernels import configure_kernels, keep_freed_memory
 from foldexp.train import distributed as dd
@@ -173,6 +174,9 @@ def _configure_process(device_cfg: DeviceSettings) -> None:
     flushing = configure_kernels(
         device_cfg.onednn, device_cfg.fused_cells, device_cfg.flush_denormal
     )
+    setting = enum_value(device_cfg.compile) if device_cfg.compile is not None else None
+    chosen = set_compile_mode(resolve_compile_mode(setting, enum_value(device_cfg.name)))
+    log.info("device.compile: %s", chosen)
     if device_cfg.flush_denormal and not flushing:
         log.info("device.flush_denormal: this CPU has no flush-to-zero mode")
     if device_cfg.keep_memory and not keep_freed_memory():

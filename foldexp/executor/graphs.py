@@ -1,0 +1,152 @@
+"""Tracing a body into AOTAutograd's forward and backward graphs, kept to be called directly.
+
+``trace_graphs(body, inputs, n_out, dynamic)`` runs ``body`` once through ``aot_function`` with
+compilers that keep the two FX graphs the min-cut partitioner hands them (what the backward
+recomputes rather than saves is its choice), then once backward, so that both exist. The graphs'
+calling convention is the partitioner's: the forward returns the outputs, then the saved tensors,
+then the saved sizes; the backward takes the sizes, then the tensors, then one gradient per
+output that has one. The counts are read off the graphs and checked against each other: a body
+whose graphs carry more (an input mutated, an output that aliases an input) is refused.
+
+With ``device.compile=inductor`` each graph is then compiled by Inductor (``inductor.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+from torch._dynamo.source import ConstantSource
+from torch._functorch.aot_autograd import aot_function
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+from foldexp.executor.capture import Captured, Refused, compile_mode
+
+__all__ = ["trace_graphs"]
+
+
+def trace_graphs(
+    body: Any, inputs: list[Any], n_params: int, n_out: int, dynamic: bool
+) -> Captured:
+    """``body``'s graphs for inputs shaped like ``inputs``: the first ``n_params`` (parameters)
+    of fixed shape, the others with a symbolic row count where ``dynamic``, else all fixed."""
+    kept: dict[str, Any] = {}
+    inductor = compile_mode(_device(inputs)) == "inductor"
+    if inductor:
+        from foldexp.executor.inductor import compile_graph
+
+    def keep(name: str) -> Any:
+        def compiler(gm: torch.fx.GraphModule, example: Any) -> Any:
+            kept[name] = gm
+            if inductor:  # compiled here, where the tracer's fake mode is in force
+                kept[name + " compiled"] = compile_graph(gm, example, name == "backward")
+            return make_boxed_func(gm)
+
+        return compiler
+
+    traced = aot_function(
+        body,
+        keep("forward"),
+        keep("backward"),
+        partition_fn=min_cut_rematerialization_partition,
+        decompositions=_decompositions() if inductor else None,
+        dynamic=dynamic,
+    )
+    mode, fakes = _fake_inputs(inputs, n_params, dynamic)
+    with torch.enable_grad(), mode:
+        outs = traced(*fakes)
+        if not isinstance(outs, (list, tuple)) or len(outs) != n_out:
+            raise Refused(f"its body returned {type(outs).__name__}, not {n_out} outputs")
+        grad_outputs = [isinstance(o, torch.Tensor) and o.requires_grad for o in outs]
+        diff = [o for o, w in zip(outs, grad_outputs) if w]
+        if diff:
+            torch.autograd.backward(diff, [torch.zeros_like(o) for o in diff])
+    fw, bw = kept.get("forward"), kept.get("backward")
+    if fw is None:
+        raise Refused("the tracer produced no forward graph")
+    n_sizes, n_saved, n_tangents = _backward_inputs(bw)
+    if n_tangents != sum(grad_outputs):
+        raise Refused("its backward takes other gradients than its outputs have")
+    n_fw_outs = len(_outputs(fw))
+    if n_fw_outs != n_out + n_saved + n_sizes:
+        raise Refused("it mutates an input or returns an alias of one")
+    placeholders = [n.meta.get("val") for n in fw.graph.nodes if n.op == "placeholder"]
+    shape_env = next((v.fake_mode.shape_env for v in placeholders if hasattr(v, "fake_mode")), None)
+    if bw is not None:
+        _drop_detaches(bw)
+    run_fw = kept.get("forward compiled", fw.forward)
+    run_bw = kept.get("backward compiled", bw.forward if bw is not None else None)
+    return Captured(
+        run_fw, run_bw, n_out, n_saved, n_sizes, grad_outputs,
+        placeholders if dynamic else [], shape_env if dynamic else None,
+    )  # fmt: skip
+
+
+def _device(inputs: list[Any]) -> str:
+    return next((x.device.type for x in inputs if isinstance(x, torch.Tensor)), "cpu")
+
+
+def _decompositions() -> dict[Any, Any]:
+    """The decompositions Inductor expects its graphs to have been traced with."""
+    from torch._inductor.decomposition import select_decomp_table
+
+    return select_decomp_table()
+
+
+def _fake_inputs(
+    inputs: list[Any], n_params: int, dynamic: bool
+) -> tuple[FakeTensorMode, list[Any]]:
+    """Fake stand-ins of ``inputs`` in a mode of their own: only the arguments' first (row)
+    dimension symbolic, so the tracer reasons about one unknown size, not every size (sizes
+    of equal value are not tied: ``duck_shape=False``)."""
+    shape_env = ShapeEnv(duck_shape=False) if dynamic else None
+    mode = FakeTensorMode(shape_env=shape_env)
+    fakes = []
+    for i, x in enumerate(inputs):
+        if i < n_params or not dynamic or x.dim() == 0:
+            fakes.append(mode.from_tensor(x, static_shapes=True))
+            continue
+        sizes = [DimDynamic.DYNAMIC] + [DimDynamic.STATIC] * (x.dim() - 1)
+        context = StatelessSymbolicContext(dynamic_sizes=sizes)
+        source = ConstantSource(f"arg{i}")
+        fakes.append(mode.from_tensor(x, symbolic_context=context, source=source))
+    return mode, fakes
+
+
+def _outputs(gm: torch.fx.GraphModule) -> tuple[Any, ...]:
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    return tuple(out.args[0])
+
+
+def _backward_inputs(bw: torch.fx.GraphModule | None) -> tuple[int, int, int]:
+    """``(sizes, saved tensors, output gradients)`` the backward graph takes, in that order."""
+    if bw is None:
+        return 0, 0, 0
+    sizes = saved = tangents = 0
+    for n in bw.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        if n.name.startswith("tangents"):
+            tangents += 1
+        elif isinstance(n.meta.get("val"), torch.Tensor):
+            if tangents:
+                raise Refused("its backward's inputs are not in the partitioner's order")
+            saved += 1
+        else:
+            if saved or tangents:
+                raise Refused("its backward's inputs are not in the partitioner's order")
+            sizes += 1
+    return sizes, saved, tangents
+
+
+def _drop_detaches(gm: torch.fx.GraphModule) -> None:
+    """Removes ``detach`` nodes: the tape runs the backward without grad, where they are calls
+    that change nothing."""
+    detach = torch.ops.aten.detach.default
+    for n in list(gm.graph.nodes):
+        if n.op == "call_function" and n.target is detach:
+            n.replace_all_uses_with(n.args[0])
+            gm.graph.erase_node(n)
+    gm.recompile()
