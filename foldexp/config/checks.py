@@ -55,7 +55,7 @@ def check_config(cfg: DictConfig | Mapping[str, Any], files: bool = True) -> Non
         _check_optimizer(node["optimizer"], _resolved_node(cfg, "optimizer"))
     for group, schema in GROUP_SCHEMAS.items():
         if group in node:
-            _check_node(group, node[group], schema)
+            _check_node(group, node[group], schema, cfg)
     board = (node.get("logger") or {}).get("tensorboard")
     if board is not None:
         _check_node("logger.tensorboard", board, schemas.TensorBoardLoggerConfig)
@@ -67,7 +67,7 @@ def check_config(cfg: DictConfig | Mapping[str, Any], files: bool = True) -> Non
         if group == "model":
             _check_examples(node.get("dataset"), sub)
         if schema is not None:
-            _check_node(group, sub, schema)
+            _check_node(group, sub, schema, cfg)
             _check_folds(group, sub)
             if files:
                 _check_files(cfg, group, schema)
@@ -170,7 +170,9 @@ def _numbers(value: Any) -> list[Any]:
     return [value]
 
 
-def _check_node(prefix: str, node: Mapping[str, Any], schema: type) -> None:
+def _check_node(prefix: str, node: Mapping[str, Any], schema: type, root: Any = None) -> None:
+    """``node``'s keys against ``schema``; an interpolation (``model.hidden_size: ${seed}``) is
+    checked as it resolves in ``root`` (the composed config), where it can be resolved."""
     fields = {f.name: f for f in dataclasses.fields(schema)}
     unknown = sorted(k for k in node if k not in fields)
     if unknown:
@@ -181,6 +183,25 @@ def _check_node(prefix: str, node: Mapping[str, Any], schema: type) -> None:
         if key in node:
             check_value(f"{prefix}.{key}", node[key], spec)
             _check_bool(f"{prefix}.{key}", node[key], spec)
+            _check_interpolated(f"{prefix}.{key}", node[key], spec, root)
+
+
+def _check_interpolated(key: str, value: Any, spec: dataclasses.Field, root: Any) -> None:
+    """An interpolated value checked as it resolves: ``trainer.batch_size='${seed}' seed=0``
+    had passed every check and failed as a traceback once the data and model were built."""
+    if not (isinstance(value, str) and "${" in value and isinstance(root, DictConfig)):
+        return
+    try:
+        resolved = OmegaConf.select(root, key, throw_on_missing=True)
+    except (OmegaConfBaseException, ValueError):
+        return  # it does not resolve here: reported where it is used
+    if isinstance(resolved, (DictConfig, ListConfig)):
+        resolved = OmegaConf.to_container(resolved, resolve=True)
+    try:
+        check_value(key, resolved, spec)
+        _check_bool(key, resolved, spec)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (it is {value})") from None
 
 
 def _check_bool(key: str, value: Any, spec: dataclasses.Field) -> None:
