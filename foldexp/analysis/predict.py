@@ -115,13 +115,19 @@ def _reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+#: What a kept cell costs beside its characters: a Python string object and its list slot.
+_CELL_BYTES = 64
+
+
 def _chunks(items: Iterator[Item]) -> Iterator[list[Item]]:
-    """``items`` in lists of at most ``CHUNK_INPUTS`` inputs and about ``CHUNK_BYTES``."""
+    """``items`` in lists of at most ``CHUNK_INPUTS`` inputs and about ``CHUNK_BYTES``, every
+    cell kept counted (the input and the CSV's other columns: 10,000 of them had held 3.6 GB
+    in a chunk bounded by its inputs alone)."""
     chunk: list[Item] = []
     size = 0
     for item in items:
         chunk.append(item)
-        size += len(item[0])
+        size += len(item[0]) + sum(len(cell) + _CELL_BYTES for cell in item[3]) + _CELL_BYTES
         if len(chunk) >= CHUNK_INPUTS or size >= CHUNK_BYTES:
             yield chunk
             chunk, size = [], 0
@@ -171,6 +177,7 @@ def stream_predict(
     ``fingerprint``: the readout before the head (``fp_0 …``) instead of the predictions."""
     if batch_size < 1:
         raise ValueError(f"--batch-size={batch_size}; expected a value >= 1")
+    check_output(output, input_path)
     run = load_trained(run_dir, allow_targets)
     if not callable(getattr(run.model, "predict", None)):
         raise TypeError(
@@ -186,9 +193,7 @@ def stream_predict(
     def write(out: IO[str]) -> None:
         with open_input(input_path) as stream:
             name, kept, items = input_items(stream, source, column or run_column)
-            # the file's own columns come through, renamed where a prediction has the name
-            kept = [f"input_{k}" if k in columns or k == name else k for k in kept]
-            header = [name, *kept, *columns, _free_name("error", [name, *kept, *columns])]
+            header = _header(name, kept, columns)
             writer = csv.writer(out, lineterminator="\n")
             writer.writerow(spreadsheet_row(header))
             bar = tqdm(desc="predict", unit="input", disable=not _show(progress))
@@ -228,9 +233,43 @@ def run_predict(
     return rows
 
 
-def _free_name(name: str, taken: Sequence[str]) -> str:
-    """``name``, or ``predict_<name>`` when an input or prediction column has it already."""
-    return name if name not in taken else f"predict_{name}"
+def _header(name: str, kept: Sequence[str], columns: Sequence[str]) -> list[str]:
+    """The output's header, each name once: the input column, the file's own columns (as they
+    are, or ``input_<name>`` where a prediction or an earlier column has the name), the
+    predictions, and ``error`` (``predict_error`` where taken); a name still taken gets ``_2``,
+    ``_3``, … (``input_a b`` twice, ``predict_error`` twice had made a header a reader merges)."""
+    taken = set(columns)
+
+    def free(wanted: str, prefix: str) -> str:
+        base = wanted if wanted not in taken else f"{prefix}{wanted}"
+        out, k = base, 2
+        while out in taken:
+            out, k = f"{base}_{k}", k + 1
+        taken.add(out)
+        return out
+
+    first = free(name, "input_")
+    others = [free(k, "input_") for k in kept]
+    return [first, *others, *columns, free("error", "predict_")]
+
+
+def check_output(output: str | Path | None, input_path: str) -> None:
+    """Refuses an output file that is the input itself, or one inside a run folder (a run's
+    own files would be written over): before anything is read or written."""
+    if output is None:
+        return
+    out = Path(output).absolute()
+    if input_path != "-" and Path(input_path).exists():
+        if out.exists() and out.samefile(input_path) or out.resolve() == Path(input_path).resolve():
+            raise ValueError(
+                f"--output {output} is the input file; write the predictions elsewhere"
+            )
+    for folder in out.resolve().parents:
+        if any((folder / name).exists() for name in (".foldexp.lock", "run_info.json")):
+            raise ValueError(
+                f"--output {output} is inside the run folder {folder}; write the predictions "
+                "outside run folders"
+            )
 
 
 def _show(progress: bool | None) -> bool:
