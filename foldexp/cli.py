@@ -83,9 +83,18 @@ def _hydra_app(name: str, module: str) -> object:
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
 
-        from foldexp.config.hydra_errors import composing, still_composing
+        from foldexp.config.hydra_errors import (
+            composing,
+            launcher_error,
+            launcher_missing,
+            still_composing,
+        )
 
         app = importlib.import_module(module)
+        refused = launcher_missing(argv)  # before Hydra writes the sweep folder's multirun.yaml
+        if refused:
+            print(f"foldexp {name}: error: {refused}", file=sys.stderr)
+            return 2
         saved = sys.argv
         sys.argv = [f"foldexp {name}", *argv]  # Hydra reads its arguments from sys.argv
         try:
@@ -96,6 +105,12 @@ def _hydra_app(name: str, module: str) -> object:
                     if not still_composing() or os.environ.get("FOLDEXP_TRACEBACK"):
                         raise  # the run's own error, or a user who asked for tracebacks
                     print(f"foldexp {name}: error: {_hydra_message(exc)}", file=sys.stderr)
+                    return 2
+                except RuntimeError as exc:  # a launcher that cannot start here
+                    message = launcher_error(exc)
+                    if message is None or os.environ.get("FOLDEXP_TRACEBACK"):
+                        raise
+                    print(f"foldexp {name}: error: {message}", file=sys.stderr)
                     return 2
                 except OSError as exc:  # Hydra makes the run folder before the run starts
                     if not still_composing() or os.environ.get("FOLDEXP_TRACEBACK"):

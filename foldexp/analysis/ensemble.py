@@ -43,10 +43,10 @@ def _member_probabilities(
     """The run's model with its best weights, its root probabilities and the root labels."""
     model = load_run_model(run, config, bundle)
     if not (hasattr(model, "root_probabilities") and hasattr(model, "score_roots")):
-        raise TypeError(
-            f"foldexp ensemble: {run}: {type(model).__name__} has no root_probabilities(batch) "
-            "and score_roots(probs, labels); only classifiers that give class probabilities "
-            "can be ensembled"
+        raise ValueError(  # a user's choice of folders: one line, status 2
+            f"{run}: {type(model).__name__} has no root_probabilities(batch) and "
+            "score_roots(probs, labels); only classifiers of trees and sentences that give class "
+            "probabilities can be ensembled (foldexp report DIR tables a molecule sweep)"
         )
     probs, labels = [], []
     with torch.no_grad():

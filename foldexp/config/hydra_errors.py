@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -28,6 +29,8 @@ __all__ = [
     "still_composing",
     "check_command_line",
     "not_an_integer",
+    "launcher_error",
+    "launcher_missing",
 ]
 
 _MARK = "FOLDEXP_COMPOSING"
@@ -103,3 +106,26 @@ def not_an_integer(exc: BaseException) -> str | None:
     )
     rng = fields[name].metadata.get("range") if name in fields else None
     return f"{found[1]}={found[2]}; expected an integer" + (f", {rng.describe()}" if rng else "")
+
+
+_NO_SRUN = (
+    "hydra/launcher=slurm submits jobs with SLURM's srun and sbatch, which this machine does "
+    "not have; run the sweep on a SLURM cluster's login node, or here with "
+    "hydra/launcher=joblib (or no launcher: one job after another)"
+)
+
+
+def launcher_missing(argv: list[str]) -> str | None:
+    """One line when the command line sweeps (``-m``) with the SLURM launcher on a machine
+    without ``srun``: told before Hydra writes the sweep folder, so a refused sweep leaves none."""
+    slurm = {"hydra/launcher=slurm", "hydra/launcher=submitit_slurm"} & set(argv)
+    if slurm and {"-m", "--multirun"} & set(argv) and shutil.which("srun") is None:
+        return _NO_SRUN
+    return None
+
+
+def launcher_error(exc: RuntimeError) -> str | None:
+    """One line for a launcher plugin that cannot run on this machine (submitit's SLURM
+    launcher off a cluster, named by a preset: ``Could not detect "srun"``); ``None`` for any
+    other error."""
+    return _NO_SRUN if '"srun"' in str(exc) else None

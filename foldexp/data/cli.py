@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None, own_kinds: Sequence[str] = ()) -> int:
         return commands.stats_command(args.name, args.data_dir, args.out)
     except (DataError, OSError) as exc:  # both name the file: a message, not a traceback
         print(f"foldexp data {args.command}: error: {exc}", file=sys.stderr)
-        return 1
+        return 2  # a user's error: one line and status 2, as every command
 
 
 if __name__ == "__main__":

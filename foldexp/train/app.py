@@ -8,6 +8,7 @@ dataset's config, for ``foldexp data stats|import``.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -69,7 +70,7 @@ def report_errors(command: str, run: Callable[[], T]) -> T:
     except user_errors() as exc:
         if os.environ.get("FOLDEXP_TRACEBACK"):
             raise
-        print(f"foldexp {command}: error: {exc}", file=sys.stderr)
+        print(f"foldexp {command}: error: {_without_prefix(str(exc))}", file=sys.stderr)
         raise SystemExit(2) from None
     except (MemoryError, RuntimeError) as exc:
         if not out_of_memory(exc) or os.environ.get("FOLDEXP_TRACEBACK"):
@@ -81,6 +82,12 @@ def report_errors(command: str, run: Callable[[], T]) -> T:
             file=sys.stderr,
         )
         raise SystemExit(2) from None
+
+
+def _without_prefix(message: str) -> str:
+    """``message`` without a leading ``foldexp COMMAND:`` of its own (a reader shared by several
+    commands names one): the line already starts with the command (``foldexp eval: error: …``)."""
+    return re.sub(r"^foldexp [a-z]+: ", "", message)
 
 
 def out_of_memory(exc: BaseException) -> bool:

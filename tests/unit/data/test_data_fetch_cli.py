@@ -45,7 +45,7 @@ def test_fetch_offline_says_what_to_do(tmp_path, monkeypatch, name):
 
 def test_fetch_offline_cli_exit_code(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(pooch, "retrieve", offline)
-    assert main(["--data-dir", str(tmp_path), "fetch", "sst"]) == 1
+    assert main(["--data-dir", str(tmp_path), "fetch", "sst"]) == 2
     err = capsys.readouterr().err
     assert "foldexp data fetch: error: could not download sst" in err
     assert "foldexp data import sst" in err
@@ -156,7 +156,7 @@ def test_cli_help_and_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["fetch", "imagenet"])
     assert "invalid choice" in capsys.readouterr().err
-    assert main(["--data-dir", str(tmp_path), "stats", "sst"]) == 1
+    assert main(["--data-dir", str(tmp_path), "stats", "sst"]) == 2
     assert "foldexp data import sst" in capsys.readouterr().err
 
 

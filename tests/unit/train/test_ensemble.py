@@ -112,7 +112,10 @@ def test_sequence_lstm_runs_ensemble_too(sst_overrides, tmp_path: Path) -> None:
     assert set(result["ensemble"]) == {"accuracy"}
 
 
-def test_models_without_class_probabilities_are_refused(tmp_path: Path) -> None:
+def test_models_without_class_probabilities_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A molecule or regression sweep: one line and status 2 (it was a TypeError's traceback)."""
     lengths = ["n_train=16", "n_dev=8", "n_test=8", "min_len=4", "max_len=6"]
     overrides = [
         "experiment=addition_attention",
@@ -123,5 +126,27 @@ def test_models_without_class_probabilities_are_refused(tmp_path: Path) -> None:
         *(f"dataset.{s}" for s in lengths),
     ]
     run_train(compose_config(overrides, tmp_path / "attention" / "0"))
-    with pytest.raises(TypeError, match=r"attention/0: .* has no root_probabilities"):
+    with pytest.raises(ValueError, match=r"attention/0: .* has no root_probabilities"):
         run_ensemble([tmp_path / "attention"])
+    from foldexp.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["ensemble", str(tmp_path / "attention")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("foldexp ensemble: error: ")
+    assert "has no root_probabilities" in err[0] and "foldexp ensemble: " not in err[0][9:]
+
+
+def test_an_error_line_names_its_command_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was ``foldexp ensemble: error: foldexp ensemble: …`` (a shared reader's own prefix)."""
+    from foldexp.cli import main
+
+    for command in ("ensemble", "report"):
+        with pytest.raises(SystemExit) as exit_:
+            main([command, str(tmp_path / "nowhere")])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"foldexp {command}: error: {tmp_path / 'nowhere'} does not exist"

@@ -113,3 +113,33 @@ def test_submitit_job_with_two_tasks_trains_as_two_ddp_ranks(tmp_path: Path, run
     assert results["world_size"] == 2
     ranks = pd.read_csv(sweep / "0" / "ranks.csv")
     assert sorted(ranks["rank"].unique()) == [0, 1]
+
+
+@pytest.mark.parametrize("launcher", ["slurm", "submitit_slurm"])
+def test_slurm_off_a_cluster_is_one_line_and_no_folder(
+    launcher: str, tmp_path: Path, monkeypatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was submitit's RuntimeError (``Could not detect "srun"``): a traceback, status 1, and a
+    sweep folder holding multirun.yaml."""
+    from foldexp.cli import main
+
+    monkeypatch.setenv("PATH", str(tmp_path / "no_bin"))  # no srun on it
+    sweep = tmp_path / "sweep"
+    args = ["train", "-m", f"hydra/launcher={launcher}", "seed=1,2", f"hydra.sweep.dir={sweep}"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "foldexp train: error: hydra/launcher=slurm submits jobs with SLURM's srun and sbatch, "
+        "which this machine does not have; run the sweep on a SLURM cluster's login node, or "
+        "here with hydra/launcher=joblib (or no launcher: one job after another)"
+    ]
+    assert not sweep.exists()
+
+
+def test_a_launcher_that_cannot_start_is_told_in_one_line() -> None:
+    """The same line where the launcher is named another way (a preset): submitit's error."""
+    from foldexp.config.hydra_errors import launcher_error
+
+    srun = RuntimeError('Could not detect "srun", are you indeed on a slurm cluster?')
+    assert "hydra/launcher=joblib" in str(launcher_error(srun))
+    assert launcher_error(RuntimeError("something else")) is None
