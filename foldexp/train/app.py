@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import hydra
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from foldexp.config import CONF_DIR, register_configs
 from foldexp.config.checks import check_config
@@ -27,6 +27,7 @@ __all__ = [
     "INTERRUPTED",
     "main",
     "compose_config",
+    "hydra_record",
     "interrupted_message",
     "compose_dataset_config",
     "out_of_memory",
@@ -109,7 +110,7 @@ def main(cfg: DictConfig) -> float | None:
     from foldexp.train.run_record import staged_record, write_staged_record
 
     try:
-        with staged_record(cfg):  # written into the run folder once it is claimed
+        with staged_record(hydra_record(cfg)):  # written into the run folder once it is claimed
             results = report_errors("train", lambda: run_train(cfg))
             if os.environ.get("RANK", "0") == "0":  # DDP spawned here: the ranks did not
                 write_staged_record(Path(cfg.paths.output_dir))
@@ -121,6 +122,20 @@ def main(cfg: DictConfig) -> float | None:
         print(interrupted_message(cfg.paths.output_dir), file=sys.stderr)
         raise SystemExit(INTERRUPTED) from None
     return results.get(f"best_{results['select_metric']}")
+
+
+def hydra_record(cfg: DictConfig) -> dict[str, str]:
+    """What Hydra writes into ``.hydra/`` (``hydra.output_subdir``, off in ``train.yaml``): the
+    task's config, Hydra's and the overrides, as YAML; ``run_record`` writes them once the run
+    folder is claimed."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    return {
+        "config.yaml": OmegaConf.to_yaml(cfg),
+        "hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})),
+        "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task),
+    }
 
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C

@@ -5,9 +5,9 @@ foldexp's code runs, so a run that the folder then refuses (it holds a finished 
 holds its lock, it is not a run folder at all) had already rewritten the folder's record, and
 ``foldexp report`` credited the old results to the refused run's overrides. ``train.yaml`` turns
 Hydra's writing off (``hydra.output_subdir: null``); ``foldexp train``'s app stages the same three
-files (``staged_record``) and ``rundir.claim_run_dir`` writes them once the checks have passed
-and the lock is the run's (``write_staged_record``). A run composed without Hydra's app
-(``compose_config``) stages nothing and writes no record, as before.
+files (``app.hydra_record``, ``staged_record``) and ``rundir.claim_run_dir`` writes them once the
+checks have passed and the lock is the run's (``write_staged_record``). A run composed without
+Hydra's app (``compose_config``) stages nothing and writes no record, as before.
 
 ``SweepGuard`` (a Hydra callback, ``train.yaml``'s ``hydra.callbacks``) refuses a sweep into a
 folder that already holds one (its ``multirun.yaml``) before Hydra's sweeper writes over it,
@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
 
 from foldexp.train.artifacts import write_text
 
@@ -33,20 +32,12 @@ _STAGED: dict[str, str] = {}  # file name under .hydra/ -> its text, for the run
 
 
 @contextlib.contextmanager
-def staged_record(cfg: DictConfig) -> Iterator[None]:
-    """Stages the record of the run Hydra's app is about to start (``cfg``: its task config)
-    for ``write_staged_record``; drops it afterwards, written or not."""
-    from hydra.core.hydra_config import HydraConfig
-
-    hydra_cfg = HydraConfig.get()
+def staged_record(files: Mapping[str, str]) -> Iterator[None]:
+    """Stages the record of the run Hydra's app is about to start (``files``: each name under
+    ``.hydra/`` and its text, ``app.hydra_record``) for ``write_staged_record``; drops it
+    afterwards, written or not."""
     _STAGED.clear()
-    _STAGED.update(
-        {
-            "config.yaml": OmegaConf.to_yaml(cfg),
-            "hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})),
-            "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task),
-        }
-    )
+    _STAGED.update(files)
     try:
         yield
     finally:
@@ -66,7 +57,7 @@ class SweepGuard(Callback):
     ``multirun.yaml``, or a job folder's lock file: an Optuna sweep writes no multirun.yaml),
     before anything is written: the new sweep's jobs would meet the old one's folders."""
 
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
         trainer = config.get("trainer") or {}
         found = (sweep_dir / "multirun.yaml", *_job_locks(sweep_dir))
