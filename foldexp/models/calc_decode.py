@@ -26,7 +26,14 @@ from foldexp.data.calculator import evaluate
 from foldexp.kernels import Linear
 from foldexp.models.cells import TreeLSTMLeaf, WordTreeLSTMCell
 
-__all__ = ["CalcDecoder", "DecodeBatch", "TOKENS", "decode_value"]
+__all__ = [
+    "CalcDecoder",
+    "DecodeBatch",
+    "MAX_TARGET_DIGITS",
+    "TOKENS",
+    "decode_value",
+    "target_tokens",
+]
 
 TOKENS = (*"0123456789", "-", "<end>")  # the decoder's outputs; a start token is one more input
 END, START = len(TOKENS) - 1, len(TOKENS)
@@ -38,12 +45,40 @@ def value_tokens(value: int) -> list[int]:
 
 
 def decode_value(tokens: list[int]) -> float:
-    """The value a decoded token sequence spells (NaN if it spells none)."""
+    """The value a decoded token sequence spells (NaN if it spells none; ±inf past float64's
+    range: ``float(int(text))`` raised OverflowError from 309 digits)."""
     text = "".join(TOKENS[t] for t in tokens if t != END)
-    try:
-        return float(int(text))
-    except ValueError:
+    digits = text.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit()):
         return float("nan")
+    return float(text)  # a decimal string: no int built, no digit limit
+
+
+#: A target's digits at most, bounded before its value is computed: the exact value of a
+#: 5,000-digit product cost quadratic time (and Python refuses str() past 4,300 digits), for a
+#: decoder that spells ``max_length`` tokens; ``predict`` does not need it at all.
+MAX_TARGET_DIGITS = 1000
+
+
+def _digit_bound(tree: Any) -> int:
+    """An upper bound on the digits of the expression's value and of every value inside it
+    (``+``/``-``: one more than the larger; ``*``: the sum), without computing any."""
+    bounds: dict[int, int] = {}
+    for node in tree.nodes():
+        if node.is_leaf:
+            bounds[id(node)] = len((node.word or "").removeprefix("-"))
+        else:
+            a, b = (bounds[id(c)] for c in node.children[:2])
+            bounds[id(node)] = a + b if node.word == "*" else max(a, b) + 1
+    return bounds[id(tree)]
+
+
+def target_tokens(tree: Any) -> list[int] | None:
+    """The tokens of the expression's value, or ``None`` where it may have more than
+    ``MAX_TARGET_DIGITS`` digits (a batch holding one can be predicted, not scored)."""
+    if _digit_bound(tree) > MAX_TARGET_DIGITS:
+        return None
+    return value_tokens(evaluate(tree))
 
 
 @dataclass
@@ -54,6 +89,7 @@ class DecodeBatch:
     greedy: Any
     targets: list[list[int]]
     size: int
+    unscored: int = 0  # expressions whose targets were too long to compute (``target_tokens``)
 
 
 class _DecoderStep(nn.Module):
@@ -141,12 +177,19 @@ class CalcDecoder(nn.Module):
         return fb.InputTransform(_tree_part) >> tree()
 
     def collate(self, trees: list[Any]) -> DecodeBatch:
-        targets = [value_tokens(evaluate(t)) for t in trees]
+        known = [target_tokens(t) for t in trees]
+        targets = [y if y is not None else [END] for y in known]
         forced = self.forced.build([(t, y) for t, y in zip(trees, targets)])
-        return DecodeBatch(forced, self.greedy.build(trees), targets, len(trees))
+        unscored = sum(y is None for y in known)
+        return DecodeBatch(forced, self.greedy.build(trees), targets, len(trees), unscored)
 
     def forward(self, batch: DecodeBatch) -> dict[str, torch.Tensor]:
         """Teacher-forced loss; token hits and exact sequences (greedy when not training)."""
+        if batch.unscored:
+            raise ValueError(
+                f"{batch.unscored} expression(s) of the batch may have values of more than "
+                f"{MAX_TARGET_DIGITS} digits: they can be predicted, not trained or scored on"
+            )
         self.forced.run(batch.forced)
         logits, owner = self.forced.last_metrics["logits"]
         target, _ = self.forced.last_metrics["target"]
