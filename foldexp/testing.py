@@ -6,7 +6,8 @@
 2. the expected depth (if given) == ``block.max_depth(x)``;
 3. eager == the batched ``Compiler`` output, row for row;
 4. the gradients of a random scalar loss with respect to every parameter (and the loss itself)
-   are equal between the eager and the batched runs.
+   are equal between the eager and the batched runs, the batched run taken both per group
+   (``device.compile=off``) and on the tape (``graphs``: ``foldexp/executor/tape.py``).
 
 ``check_block(..., device="cuda")`` does all of it with the model and every tensor the engine
 and the oracle make on that device; ``check_devices_agree`` compares two devices' batched runs.
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 
 from foldexp.blocks._base import Block, convert_to_block
-from foldexp.executor.compiled import Compiler
+from foldexp.executor import Compiler, compiling
 from foldexp.types import Type
 
 __all__ = ["check_block", "check_devices_agree", "assert_compilers_agree", "flatten_tensors"]
@@ -144,9 +145,12 @@ def _check_gradients(
     def loss_of(outs: list[torch.Tensor]) -> torch.Tensor:
         return sum((o.double() * w).sum() for o, w in zip(outs, weights) if w is not None)
 
-    compiler.zero_grad()
-    batched_loss = loss_of(flatten_tensors(compiler(list(inputs))))
-    batched_grads = torch.autograd.grad(batched_loss, params, allow_unused=True)
+    routes = []  # the per-group route and the tape, each against the eager run
+    for mode in ("off", "graphs"):
+        with compiling(mode):
+            compiler.zero_grad()
+            loss = loss_of(flatten_tensors(compiler(list(inputs))))
+            routes.append((mode, loss, torch.autograd.grad(loss, params, allow_unused=True)))
     per_input = []
     for k, x in enumerate(inputs):
         outs = flatten_tensors(root.eval(x, device=where))
@@ -155,17 +159,14 @@ def _check_gradients(
         )
     eager_loss = sum(per_input)
     eager_grads = torch.autograd.grad(eager_loss, params, allow_unused=True)
-    _close(batched_loss.detach(), eager_loss.detach(), rtol, atol, "loss: batched vs eager")
-    for i, (gb, ge) in enumerate(zip(batched_grads, eager_grads)):
-        gb = torch.zeros_like(params[i]) if gb is None else gb
-        ge = torch.zeros_like(params[i]) if ge is None else ge
-        _close(
-            gb,
-            ge,
-            rtol,
-            max(atol, 1e-4),
-            f"gradient of parameter {i} {tuple(params[i].shape)}: batched vs eager",
-        )
+    for mode, batched_loss, batched_grads in routes:
+        what = f"batched (device.compile={mode}) vs eager"
+        _close(batched_loss.detach(), eager_loss.detach(), rtol, atol, f"loss: {what}")
+        for i, (gb, ge) in enumerate(zip(batched_grads, eager_grads)):
+            gb = torch.zeros_like(params[i]) if gb is None else gb
+            ge = torch.zeros_like(params[i]) if ge is None else ge
+            shape = tuple(params[i].shape)
+            _close(gb, ge, rtol, max(atol, 1e-4), f"gradient of parameter {i} {shape}: {what}")
 
 
 def check_devices_agree(

@@ -182,7 +182,8 @@ def peers_step(
     seed: int = 0,
 ) -> Callable[[], Any]:
     """One training step (forward, loss, backward) of the peers' workload by ``engine``
-    (traces cached; the loss left unread on the device), ``level`` (as ``bench=peers`` runs
+    (traces cached; the loss left unread on the device), ``engine_plain`` (the same with a
+    user's own plain cells, ``peer_torch.plain_params``), ``level`` (as ``bench=peers`` runs
     it, reading the loss) or ``floor`` (the fewest calls, backward by hand: ``floor.py``); the
     model on ``device``, as the step's ``module``."""
     from foldexp import Compiler
@@ -197,10 +198,12 @@ def peers_step(
     m = peer_torch.TreeLSTMParams(vocab, hidden, hidden, classes).to(device)
     labels = torch.randint(classes, (trees,), generator=torch.Generator().manual_seed(seed))
     labels = labels.to(device)
-    if name == "engine":
-        tree = binary_tree(word_leaf(m.embed, m.leaf), m.cell)
+    if name in ("engine", "engine_plain"):
+        cells = m if name == "engine" else peer_torch.plain_params(m)
+        tree = binary_tree(word_leaf(cells.embed, cells.leaf), cells.cell)
         # sinks_last: the plan a GPU run gets, wherever this step runs
-        model = Compiler(tree >> GetItem(0) >> Function(m.out), cache_traces=True, sinks_last=True)
+        head = Function(cells.out)
+        model = Compiler(tree >> GetItem(0) >> head, cache_traces=True, sinks_last=True)
 
         def engine() -> torch.Tensor:
             m.zero_grad(set_to_none=True)
@@ -229,4 +232,4 @@ def peers_step(
 
         level.module = m  # type: ignore[attr-defined]
         return level
-    raise ValueError(f"peers_step: {name!r}; expected engine, level or floor")
+    raise ValueError(f"peers_step: {name!r}; expected engine, engine_plain, level or floor")

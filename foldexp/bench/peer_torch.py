@@ -43,7 +43,7 @@ from foldexp.bench.trees import number_batch
 from foldexp.kernels import Linear, set_onednn_enabled
 from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf
 
-__all__ = ["Unavailable", "TreeLSTMParams", "setup", "IMPLS"]
+__all__ = ["Unavailable", "TreeLSTMParams", "plain_params", "setup", "IMPLS"]
 
 
 class TreeLSTMParams(nn.Module):
@@ -308,6 +308,11 @@ class _PlainParams(nn.Module):
 
     def word(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.leaf(self.embed(ids))
+
+
+def plain_params(m: TreeLSTMParams) -> nn.Module:
+    """``m``'s parameters behind a user's own plain cells (``engine_plain``'s model)."""
+    return _PlainParams(m)
 
 
 def _engine_plain(m: TreeLSTMParams, trees: list, labels: torch.Tensor) -> tuple[Step, dict]:

@@ -3,6 +3,7 @@
 from foldexp.executor.capture import (
     COMPILE_MODES,
     compile_mode,
+    compiling,
     default_compile_mode,
     resolve_compile_mode,
     set_compile_mode,
@@ -15,6 +16,7 @@ __all__ = [
     "Compiler",
     "collect_ops",
     "compile_mode",
+    "compiling",
     "default_compile_mode",
     "execute",
     "resolve_compile_mode",

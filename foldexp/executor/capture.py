@@ -29,7 +29,8 @@ the per-group autograd route (``run.py``).
 from __future__ import annotations
 
 import logging
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,7 @@ __all__ = [
     "capture_key",
     "captured",
     "compile_mode",
+    "compiling",
     "default_compile_mode",
     "resolve_compile_mode",
     "refusal",
@@ -83,6 +85,18 @@ def resolve_compile_mode(setting: str | None, device_name: str) -> str:
         return setting
     cuda = device_name == "cuda" or (device_name == "auto" and torch.cuda.is_available())
     return default_compile_mode("cuda" if cuda else "cpu")
+
+
+@contextmanager
+def compiling(mode: str | None) -> Iterator[None]:
+    """Within this context sweeps run in ``mode`` (``set_compile_mode``); the mode before is
+    restored after."""
+    old = _mode
+    set_compile_mode(mode)
+    try:
+        yield
+    finally:
+        set_compile_mode(old)
 
 
 def compile_mode(device_type: str = "cpu") -> str:

@@ -108,7 +108,12 @@ class _Sweep:
         self.n_params = len(params)
         self.weight_grads = WeightGradients(params)
         mode = compile_mode(device.type)
-        self.tape = mode != "off"
+        # Under autocast a captured graph would keep the casts (or lack of them) it was traced
+        # with: autocast's steps run per group.
+        autocast = torch.amp.is_autocast_available(device.type) and torch.is_autocast_enabled(
+            device.type
+        )
+        self.tape = mode != "off" and not autocast
         self.keys = [capture_key(op, ps, mode) for op, ps in zip(ops, self.op_all)]
 
     def forward(self) -> list[torch.Tensor]:

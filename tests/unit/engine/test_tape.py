@@ -212,6 +212,22 @@ def test_a_loop_of_computed_length_runs_per_group(mode: None) -> None:
     _same_step(model, [[0.1, 0.2], [2.0, 3.0], [-1.0, 0.5]])
 
 
+def test_autocast_steps_run_per_group_and_stay_right(mode: None) -> None:
+    torch.manual_seed(8)
+    lin = nn.Linear(4, 3)
+    model = Compiler(fb.Map(fb.Vector(4) >> fb.Function(lin)) >> fb.Sum())
+    xs = [[[1.0, 2.0, 3.0, 0.5]] * 2, [[0.0, 1.0, -1.0, 2.0]]]
+    grads = []
+    for m in ("off", "graphs"):
+        set_compile_mode(m)
+        lin.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(xs)
+        out.float().sum().backward()
+        grads.append(lin.weight.grad.clone())
+    torch.testing.assert_close(grads[0], grads[1])
+
+
 def test_a_second_derivative_through_the_tape_is_refused_with_the_way_out(mode: None) -> None:
     set_compile_mode("graphs")
     lin = nn.Linear(3, 1)
