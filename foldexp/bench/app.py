@@ -23,7 +23,14 @@ register_bench_configs()
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="bench")
 def main(cfg: DictConfig) -> None:
-    """Runs the configured benchmarks into the Hydra run folder."""
+    """Runs the configured benchmarks into the Hydra run folder (removed if refused)."""
+    from foldexp.train.refused import no_folder_if_refused
+
+    with no_folder_if_refused(Path(cfg.paths.output_dir)):
+        _main(cfg)
+
+
+def _main(cfg: DictConfig) -> None:
     check_command_line(cfg)  # what OmegaConf lets through (a boolean key given 2)
     composition_done()  # from here, errors are the run's (foldexp/config/hydra_errors.py)
     from foldexp.bench.run import run_bench

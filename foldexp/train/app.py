@@ -104,6 +104,13 @@ def out_of_memory(exc: BaseException) -> bool:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     """Trains; returns the selection metric so Hydra sweepers can optimise it."""
+    from foldexp.train.refused import no_folder_if_refused
+
+    with no_folder_if_refused(Path(cfg.paths.output_dir)):  # Hydra made it: a refusal removes it
+        return _main(cfg)
+
+
+def _main(cfg: DictConfig) -> float | None:
     check_command_line(cfg)  # what OmegaConf lets through (a boolean key given 2)
     composition_done()  # from here, errors are the run's (foldexp/config/hydra_errors.py)
     from foldexp.train.loop import run_train

@@ -1,0 +1,64 @@
+"""A command that fails its checks leaves no run folder (``foldexp.train.refused``): Hydra makes
+the timestamped folder before foldexp's checks run, and 25 empty ones were left in one sitting,
+7 in the checkout's ``outputs/`` per ``make test``. A folder that held anything before, or a run
+that trained, is kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from foldexp.cli import main
+
+
+def _status(args: list[str]) -> int:
+    try:
+        return main(args)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+REFUSED = [
+    ["train", "trainer.epochs=-1"],  # a check of foldexp's, in the app
+    ["train", "trainer.progress=2"],  # a boolean OmegaConf lets through
+    ["train", "experiment=molecules_csv", "dataset.path=nowhere.csv", "dataset.targets=[y]"],
+    ["bench", "bench.repeats=0"],  # bench's Hydra writes .hydra/ first
+]
+if not torch.cuda.is_available():
+    REFUSED.append(["train", "device=cuda"])
+
+
+@pytest.mark.parametrize("args", REFUSED, ids=" ".join)
+def test_a_refused_command_leaves_no_folder(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the default run folder: outputs/<task>/<date_time> here
+    assert _status(args) == 2
+    assert list(tmp_path.iterdir()) == []  # no outputs/, no outputs/<task>/
+
+
+def test_a_folder_of_ones_own_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    assert _status(["train", "trainer.epochs=-1", f"hydra.run.dir={mine}"]) == 2
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    # a folder outside the working directory: the folder goes, its parent stays
+    elsewhere = tmp_path.parent / f"{tmp_path.name}_elsewhere"
+    monkeypatch.chdir(mine)
+    assert _status(["train", "trainer.epochs=-1", f"hydra.run.dir={elsewhere}/run"]) == 2
+    assert elsewhere.is_dir() and not (elsewhere / "run").exists()
+    elsewhere.rmdir()
+
+
+def test_a_run_that_trained_keeps_its_folder(
+    tiny: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The removal is for refusals only: a run in a new folder keeps it."""
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    assert _status(["train", *tiny, "trainer.epochs=1", f"hydra.run.dir={run}"]) == 0
+    assert (run / "results.json").is_file()
