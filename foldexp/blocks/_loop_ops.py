@@ -218,9 +218,17 @@ def check_state(owner: Block, t: Type) -> None:
         )
 
 
+#: A loop's ``max_iterations`` / ``max_length`` at most: counts are int64 tensors (10**30 had
+#: passed, to fail deep inside a batch).
+MAX_LOOP_LIMIT = 2**31 - 1
+
+
 def check_limit(owner: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{owner}: {name} must be an integer >= 1, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LOOP_LIMIT:
+        raise ValueError(
+            f"{owner}: {name} must be an integer >= 1 and at most {MAX_LOOP_LIMIT}, "
+            f"got {value!r:.40}"
+        )
     return value
 
 

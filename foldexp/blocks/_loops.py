@@ -251,6 +251,7 @@ class Unfold(Block):
         check_state(self, input_type)
         _no_unfold_inside(self, self.step)
         out = self.step.infer(input_type)
+        _no_randomness_inside(self, self.step)  # (its ops are bound by infer)
         if not (isinstance(out, TupleType) and len(out.items) == 3):
             raise TypeError(
                 f"{self!r}: step must output a tuple (state, element, stop), outputs {out!r}"
@@ -351,6 +352,19 @@ def _no_unfold_inside(owner: Block, *blocks: Block) -> None:
             f"{owner!r}: an Unfold inside a loop's cond, body or step is not supported (its "
             "length would be needed at every iteration); unfold after the loop instead"
         )
+
+
+def _no_randomness_inside(owner: Block, step: Block) -> None:
+    """Refuses a step drawing random numbers: the length probe and the unrolled steps differ."""
+    for b in _reachable(step):
+        op = getattr(b, "op", None)
+        randoms = op._walk()[1] if isinstance(op, Op) else []
+        if isinstance(op, Op) and (op.random or any(getattr(m, "p", 1) > 0 for m in randoms)):
+            raise TypeError(
+                f"{owner!r}: its step {b!r} draws random numbers (dropout, or an op declared "
+                "random), which its length probe and unrolled steps would draw apart; apply "
+                "dropout before or after the Unfold"
+            )
 
 
 def _reachable(root: Block) -> Iterator[Block]:
