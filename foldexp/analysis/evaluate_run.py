@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -55,10 +56,12 @@ _ALLOWED_GROUPS = ("dataset.", "trainer.")
 log = logging.getLogger(__name__)
 
 
-def _own_paths(dataset: Any, overrides: Sequence[str], source: Path, run_paths: bool) -> None:
+def _own_paths(
+    dataset: Any, overrides: Sequence[str], source: Path, run_paths: bool, command: str
+) -> None:
     """Drops the run's cache folder from ``dataset`` (the merged config's section), after
     refusing any other file or folder it names that the command line (``overrides``) does not
-    name, unless ``run_paths``."""
+    name, unless ``run_paths``. ``command``: the command line, for the two to type instead."""
     named = {o.lstrip("+").split("=", 1)[0] for o in overrides}
     for key in path_keys(str(dataset.get("_target_"))):
         value = dataset.get(key)
@@ -72,8 +75,9 @@ def _own_paths(dataset: Any, overrides: Sequence[str], source: Path, run_paths: 
             raise ConfigError(
                 f"{source}: dataset.{key}={str(value)[:120]!r} names a file of this "
                 "machine; a run folder names no other files (it may come from someone else), so "
-                f"eval reads only those its command line names: pass dataset.{key}=PATH, or "
-                "--run-paths to read the files the run names (a run of your own)"
+                f"eval reads only those its command line names. A run of your own, on the "
+                f"files it names: {command} --run-paths; on another file: {command} "
+                f"dataset.{key}=PATH"
             )
 
 
@@ -126,7 +130,10 @@ def run_eval(
         raise ConfigError(f"--split={split!r}; expected one of {', '.join(SPLITS)}")
     run = load_trained(run_dir, allow_targets)
     cfg = _merged_config(run.config, overrides)
-    _own_paths(cfg.dataset, overrides, run.folder / RUN_INFO, run_paths)
+    command = " ".join(["foldexp eval", *map(shlex.quote, [str(run_dir), *overrides])])
+    command += f" --split {split}" if split != "test" else ""
+    command += f" --out {shlex.quote(str(out))}" if out else ""
+    _own_paths(cfg.dataset, overrides, run.folder / RUN_INFO, run_paths, command)
     bundle = build_dataset(cfg.dataset, trained=run.info)
     _check_same_task(run.info, bundle.info, run.folder, overrides)
     parts = [getattr(bundle, name) for name in SPLITS[:3]]

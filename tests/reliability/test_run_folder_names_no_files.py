@@ -66,7 +66,10 @@ def test_eval_does_not_follow_a_file_the_run_folder_names(
     err = _one_line(capsys)
     assert stop.value.code == 2 and "SECRET" not in err
     assert f"{crafted / 'run_info.json'}: dataset.word_vectors=" in err
-    assert "pass dataset.word_vectors=PATH, or --run-paths" in err
+    # the two commands to type instead, as typed here
+    typed = f"foldexp eval {crafted} dataset.path={mine} --split all --out {out}"
+    assert f"A run of your own, on the files it names: {typed} --run-paths; " in err
+    assert f"on another file: {typed} dataset.word_vectors=PATH" in err
     # without dataset.path the run's own data file is not read either
     with pytest.raises(ConfigError, match=r"run_info\.json: dataset\.path='.*' names a file"):
         run_eval(crafted, [], split="all", out=out)
