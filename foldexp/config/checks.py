@@ -299,7 +299,11 @@ def _check_files(cfg: DictConfig | Mapping[str, Any], prefix: str, schema: type)
         key = f"{prefix}.{spec.name}"
         value = _resolved(cfg, key)
         if value and not Path(str(value)).is_file():
-            raise MissingFileError(f"{key}={value}; expected an existing file, or null for none")
+            source = spec.metadata.get("source")
+            raise MissingFileError(
+                f"{key}={value}; expected an existing file, or null for none"
+                + (f"; {source}" if source else "")
+            )
 
 
 def _resolved(cfg: DictConfig | Mapping[str, Any], key: str) -> Any:

@@ -17,6 +17,7 @@ from foldexp.config.fields import (
     MAX_EXAMPLES,
     MAX_GENERATED,
     MAX_SEQUENCE_LENGTH,
+    WORD_VECTORS_SOURCE,
     a_path,
     count,
     existing_file,
@@ -129,7 +130,7 @@ class SSTDataConfig:
     # words rarer than this in train map to the unknown token
     min_count: int = count(1, MAX_EXAMPLES)
     # GloVe text file (.txt or .gz) to initialise embeddings, or null
-    word_vectors: str | None = existing_file()
+    word_vectors: str | None = existing_file(source=WORD_VECTORS_SOURCE)
     # with word_vectors: dev/test words that have a vector get their own row
     vector_vocab: bool = False
     # binary view: neutral phrases train a third class, never predicted (Tai et al.);
@@ -150,7 +151,7 @@ class SSTSentencesDataConfig:
     # words rarer than this in train map to the unknown token
     min_count: int = count(1, MAX_EXAMPLES)
     # GloVe text file (.txt or .gz) to initialise embeddings, or null
-    word_vectors: str | None = existing_file()
+    word_vectors: str | None = existing_file(source=WORD_VECTORS_SOURCE)
     # use only the first N sentences of each split (0 = all); for quick runs
     limit: int = count(0, MAX_EXAMPLES, 0)
 
@@ -250,7 +251,7 @@ class TreesPTBDataConfig:
     # words rarer than this in train map to the unknown token
     min_count: int = count(1, MAX_EXAMPLES)
     # GloVe text file (.txt or .gz) to initialise embeddings, or null
-    word_vectors: str | None = existing_file()
+    word_vectors: str | None = existing_file(source=WORD_VECTORS_SOURCE)
     # with word_vectors: dev/test words that have a vector get their own row
     vector_vocab: bool = False
     # use only the first N trees of each split (0 = all); for quick runs
@@ -272,7 +273,7 @@ class TextCSVDataConfig:
     # words rarer than this in train map to the unknown token
     min_count: int = count(1, MAX_EXAMPLES)
     # GloVe text file (.txt or .gz) to initialise embeddings, or null
-    word_vectors: str | None = existing_file()
+    word_vectors: str | None = existing_file(source=WORD_VECTORS_SOURCE)
     # random (fractions, seed) | column (split_column says train / valid|dev / test)
     split: TextSplit = TextSplit.random
     split_column: str = "split"  # split=column: train / valid or dev / test per row

@@ -36,6 +36,7 @@ __all__ = [
     "decay",
     "enum_value",
     "existing_file",
+    "WORD_VECTORS_SOURCE",
     "learning_rate",
     "non_negative",
     "positive",
@@ -212,10 +213,21 @@ def width(default: Any) -> Any:
     return ranged(default, gt=0, le=MAX_WIDTH)
 
 
-def existing_file(default: str | None = None) -> Any:
+def existing_file(default: str | None = None, source: str = "") -> Any:
     """A schema field naming a file that must exist (``null`` = none): ``check_config`` looks
-    before any data is read, so a typo fails naming the key, not as a bare ``[Errno 2]``."""
-    return field(default=default, metadata={"file": True, "path": True})
+    before any data is read, so a typo fails naming the key, not as a bare ``[Errno 2]``.
+    ``source``: where such a file comes from, told when it is missing."""
+    return field(default=default, metadata={"file": True, "path": True, "source": source})
+
+
+#: where word vectors come from (``dataset.word_vectors``), told when the file is missing
+WORD_VECTORS_SOURCE = (
+    "word vectors are a GloVe text file (.txt or .gz, a word and its numbers a line); "
+    "sst_treelstm_glove reads <data_dir>/wordvec/glove.6B.50d.sst_vocab.txt.gz, Stanford's "
+    "GloVe 6B 50-d vectors (https://nlp.stanford.edu/projects/glove/, glove.6B.zip) cut to "
+    "SST's words, from the data folder (FOLDEXP_DATA, or paths.data_dir=DIR); the whole "
+    "glove.6B.50d.txt works too: dataset.word_vectors=PATH"
+)
 
 
 def a_path(default: Any) -> Any:

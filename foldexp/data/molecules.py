@@ -304,7 +304,8 @@ def not_found(name: str, path: Path) -> DatasetNotFoundError:
     return DatasetNotFoundError(
         f"{name} not found: {path} does not exist. Get it with `foldexp data fetch {name}` "
         f"(needs internet) or `foldexp data import {name} PATH` with a local CSV; the data "
-        "directory is FOLDEXP_DATA or ./data unless --data-dir is given."
+        "directory is FOLDEXP_DATA or ./data, or the one given: foldexp train paths.data_dir=DIR, "
+        "foldexp data --data-dir DIR."
     )
 
 

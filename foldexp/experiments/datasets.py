@@ -194,7 +194,8 @@ def _sst_folder(data_dir: str) -> Path:
                 f"SST {split} split not found: {folder / f'{split}.txt'} does not exist. Get it "
                 "with `foldexp data fetch sst` (needs internet) or `foldexp data import sst "
                 "PATH` (PATH = trainDevTestTrees_PTB.zip or a folder with train/dev/test.txt); "
-                "the data directory is FOLDEXP_DATA or ./data unless --data-dir is given."
+                "the data directory is FOLDEXP_DATA or ./data, or the one given: "
+                "foldexp train paths.data_dir=DIR, foldexp data --data-dir DIR."
             )
     return folder
 

@@ -24,9 +24,15 @@ keys: what a model needs beyond ``collate``/``forward`` it takes through these h
 
 A minimal model of one's own (a bag of words over ``text_csv`` examples, ``(tokens, label)``)::
 
+    from typing import Any, NamedTuple
     import torch, torch.nn.functional as F
     import foldexp.blocks as fb
     from foldexp import Compiler
+
+    class Batch(NamedTuple):  # what collate gives forward: any object of one's own
+        plan: Any  # the engine's schedule for the batch
+        labels: torch.Tensor  # (examples,)
+        size: int
 
     class BagOfWords(torch.nn.Module):
         def __init__(self, vocab, num_classes, size: int = 32):

@@ -117,7 +117,12 @@ def test_the_schemas_depth_limit_is_the_generators() -> None:
 def test_missing_word_vectors_fail_at_compose_time_naming_the_key(tmp_path: Path) -> None:
     missing = tmp_path / "nonexistent.txt"
     message = _refused(["experiment=sst_treelstm", f"dataset.word_vectors={missing}"])
-    assert message == f"dataset.word_vectors={missing}; expected an existing file, or null for none"
+    assert message.startswith(
+        f"dataset.word_vectors={missing}; expected an existing file, or null for none; "
+    )
+    # where the file comes from (it was only the key and the path)
+    assert "GloVe text file" in message and "https://nlp.stanford.edu/projects/glove/" in message
+    assert "FOLDEXP_DATA, or paths.data_dir=DIR" in message and len(message.splitlines()) == 1
 
 
 def test_an_interpolated_word_vectors_path_is_resolved_first(tmp_path: Path) -> None:
