@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import foldexp.blocks as fb
-from foldexp.executor import run
+from foldexp.executor import calls
 from foldexp.kernels import native, scatter
 from foldexp.kernels import treelstm as fused
 from foldexp.kernels.scatter import NATIVE_ELEMENTS, index_add_parts
@@ -157,7 +157,7 @@ def test_arguments_without_gradients_and_column_slices_through_the_sweep(
 ) -> None:
     fused.set_fused_cells_enabled(kernels)
     if leaves == "per argument":  # every gather's arguments as separate leaves, at any size
-        monkeypatch.setattr(run, "NATIVE_ELEMENTS", 0)
+        monkeypatch.setattr(calls, "NATIVE_ELEMENTS", 0)
         monkeypatch.setattr(scatter, "NATIVE_ELEMENTS", 0)
     torch.manual_seed(0)
     n = 6
@@ -215,7 +215,7 @@ def test_an_op_that_returns_an_argument_as_it_came(monkeypatch, kernels, leaves)
     # buffer it is then added into.
     fused.set_fused_cells_enabled(kernels)
     if leaves == "per argument":
-        monkeypatch.setattr(run, "NATIVE_ELEMENTS", 0)
+        monkeypatch.setattr(calls, "NATIVE_ELEMENTS", 0)
         monkeypatch.setattr(scatter, "NATIVE_ELEMENTS", 0)
     check_block(_pass_through_tree(lambda left, right: left, unary=lambda h: h), TREES)
     check_block(_pass_through_tree(lambda left, right: right.view(right.shape), unary=abs), TREES)
