@@ -200,8 +200,12 @@ def _report(argv: list[str]) -> int:
         help="run or sweep folders holding results.json files, or bench run folders "
         "(holding bench.csv: their plots are redrawn)",
     )
-    ap.add_argument("--metric", default="test_accuracy", help="column to sort and plot by")
-    ap.add_argument("--ascending", action="store_true", help="smaller is better (e.g. RMSE)")
+    ap.add_argument("--metric", help="column to sort and plot by (default: the test score of "
+                    "the runs' select_metric, e.g. test_roc_auc)")  # fmt: skip
+    order = ap.add_mutually_exclusive_group()  # default: the runs' select_mode for the metric
+    order.add_argument("--ascending", action="store_const", const=True, help="smaller is better")
+    order.add_argument("--descending", dest="ascending", action="store_const", const=False,
+                       help="larger is better")  # fmt: skip
     ap.add_argument("--out", default=None, help="where to write (default: the first folder)")
     _trust_option(ap)
     a = ap.parse_args(argv)

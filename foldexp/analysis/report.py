@@ -21,7 +21,7 @@ from foldexp.data.cells import markdown_frame, spreadsheet_frame
 from foldexp.data.errors import FormatError
 from foldexp.train.artifacts import atomic_write, read_verified_json, write_text
 
-__all__ = ["MAX_BARS", "collect_results", "run_report"]
+__all__ = ["MAX_BARS", "choose_metric", "collect_results", "run_report"]
 
 #: Bars of ``report.png`` (and rows of the printed summary) at most.
 MAX_BARS = 40
@@ -95,14 +95,64 @@ def _title(df: pd.DataFrame, metric: str, dirs: Sequence[str | Path]) -> str:
     return textwrap.shorten(f"{folders}: {metric}, {len(df)} runs", 110, placeholder=" …")
 
 
+#: metric names (a part of them, between underscores) for which smaller is better
+SMALLER_IS_BETTER = ("rmse", "mae", "mse", "loss", "nll", "error", "miscalibration")
+
+
+def _base(metric: str) -> str:
+    """``test_rmse`` → ``rmse``: the metric without ``best_`` and its split."""
+    name = metric.removeprefix("best_")
+    for split in ("train_", "dev_", "test_"):
+        name = name.removeprefix(split)
+    return name
+
+
+def _one(df: pd.DataFrame, column: str) -> str | None:
+    """The one value of ``column`` across the runs, ``None`` if none has it; several refused."""
+    if column not in df.columns:
+        return None
+    values = sorted({str(v) for v in df[column].dropna()})
+    if len(values) > 1:
+        raise ValueError(
+            f"the runs differ in {column} ({', '.join(values)}): choose the metric to compare "
+            "with --metric (and --ascending or --descending)"
+        )
+    return values[0] if values else None
+
+
+def choose_metric(
+    df: pd.DataFrame, metric: str | None = None, ascending: bool | None = None
+) -> tuple[str, bool]:
+    """``(metric, ascending)`` of a report: by default the test score of the runs' own
+    ``select_metric`` (``dev_roc_auc`` → ``test_roc_auc``; ``test_accuracy`` for runs that do
+    not say), in the runs' ``select_mode`` for it; else smaller is better for errors and losses
+    (``SMALLER_IS_BETTER``), larger for the rest. ``ascending`` given: as given."""
+    select = _one(df, "select_metric")
+    if metric is None:
+        metric = "test_accuracy"
+        if select is not None:
+            found = [m for m in (f"test_{_base(select)}", f"best_{select}") if m in df.columns]
+            metric = found[0] if found else select
+    if ascending is None:
+        mode = _one(df, "select_mode")
+        if select is not None and mode is not None and _base(metric) == _base(select):
+            ascending = mode == "min"
+        else:
+            ascending = any(p in SMALLER_IS_BETTER for p in _base(metric).split("_"))
+    return metric, ascending
+
+
 def run_report(
     dirs: Sequence[str | Path],
-    metric: str = "test_accuracy",
+    metric: str | None = None,
     out_dir: str | Path | None = None,
-    ascending: bool = False,
+    ascending: bool | None = None,
 ) -> pd.DataFrame:
-    """Writes report.csv/.md/.png (and summary.csv/.md) into ``out_dir`` (default: first dir)."""
+    """Writes report.csv/.md/.png (and summary.csv/.md) into ``out_dir`` (default: first dir).
+    ``metric`` and ``ascending``: ``choose_metric``'s defaults, the runs' own selection."""
     df = collect_results(dirs)
+    metric, ascending = choose_metric(df, metric, ascending)
+    print(f"{metric}: {'smaller' if ascending else 'larger'} is better, best first")
     _check_metric(df, metric)
     df = df.sort_values(metric, ascending=ascending).reset_index(drop=True)
     out = Path(out_dir or dirs[0])

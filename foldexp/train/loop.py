@@ -340,6 +340,7 @@ def _test(run: TrainingRun, cfg: RunSettings, started: float) -> dict[str, Any]:
         "best_epoch": progress["best_epoch"],
         f"best_{run.select}": progress["best"],
         "select_metric": run.select,
+        "select_mode": "min" if run.better is min else "max",  # foldexp report's order
         **calibration,
         **evaluate_split(run, "test"),
         "epochs_run": len(progress["history"]),

@@ -86,3 +86,63 @@ def test_report_command_exits_2_with_one_line(
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("foldexp report: error: ") and len(err.splitlines()) == 1
+
+
+def _scored(root: Path, name: str, **results: object) -> None:
+    d = root / name
+    d.mkdir(parents=True)
+    write_text(d / "results.json", json.dumps({"config": {}, **results}), checksum=True)
+
+
+@pytest.mark.parametrize(
+    ("select", "mode", "metric", "values", "best"),
+    [  # molecule regression (it failed: no test_accuracy), classification, an older run
+        ("dev_rmse", "min", "test_rmse", [0.9, 0.5, 0.7], 0.5),
+        ("dev_roc_auc", "max", "test_roc_auc", [0.6, 0.8, 0.7], 0.8),
+        ("dev_mse", None, "test_mse", [0.3, 0.1, 0.2], 0.1),  # no select_mode: mse is an error
+    ],
+)
+def test_report_defaults_to_the_runs_selection_and_its_direction(
+    select: str, mode: str | None, metric: str, values: list[float], best: float, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    for k, value in enumerate(values):
+        extra = {"select_mode": mode} if mode else {}
+        _scored(tmp_path, str(k), seed=k, select_metric=select, **extra, **{metric: value})
+    assert main(["report", str(tmp_path)]) == 0
+    table = pd.read_csv(tmp_path / "report.csv")
+    assert table[metric].iloc[0] == best  # the best run first
+    smaller = best == min(values)
+    assert f"{metric}: {'smaller' if smaller else 'larger'} is better" in capsys.readouterr().out
+    # --metric alone keeps the direction its name or the runs' selection give
+    assert main(["report", str(tmp_path), "--metric", metric]) == 0
+    assert pd.read_csv(tmp_path / "report.csv")[metric].iloc[0] == best
+    assert main(["report", str(tmp_path), "--metric", metric, "--descending"]) == 0
+    assert pd.read_csv(tmp_path / "report.csv")[metric].iloc[0] == max(values)
+
+
+def test_runs_selecting_on_different_metrics_need_one_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _scored(tmp_path, "a", select_metric="dev_rmse", test_rmse=0.5)
+    _scored(tmp_path, "b", select_metric="dev_accuracy", test_accuracy=0.5)
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert "differ in select_metric (dev_accuracy, dev_rmse): choose the metric to compare with " \
+        "--metric" in capsys.readouterr().err  # fmt: skip
+
+
+def test_a_trained_run_says_its_selection_for_the_report(tiny: list[str], tmp_path: Path) -> None:
+    from foldexp.train.app import compose_config
+    from foldexp.train.loop import run_train
+
+    overrides = [
+        *tiny,
+        "trainer.epochs=1",
+        "trainer.select_metric=dev_loss",
+        "trainer.select_mode=min",
+    ]
+    results = run_train(compose_config(overrides, tmp_path / "run"))
+    assert (results["select_metric"], results["select_mode"]) == ("dev_loss", "min")
+    assert list(run_report([tmp_path])["test_loss"]) == [results["test_loss"]]
