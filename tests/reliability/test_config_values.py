@@ -191,3 +191,19 @@ def test_a_commands_boolean_override_fails_with_status_2(
     assert f"foldexp {command}: error: " in err
     assert "device.keep_memory=2; expected true or false" in err
     assert "HYDRA_FULL_ERROR" not in __import__("os").environ
+
+
+@pytest.mark.parametrize("value", ["fast", "true", "1"])
+def test_device_compile_takes_only_its_modes(
+    capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    from foldexp.cli import main
+
+    assert main(["train", f"device.compile={value}"]) == 2
+    err = capsys.readouterr().err
+    assert "device.compile" in err and "off, graphs, inductor" in err, err
+
+
+@pytest.mark.parametrize("value", ["off", "graphs", "inductor", "null"])
+def test_device_compile_modes_compose(value: str) -> None:
+    compose_config([f"device.compile={value}"])
