@@ -29,6 +29,7 @@ the per-group autograd route (``run.py``).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ __all__ = [
     "default_compile_mode",
     "resolve_compile_mode",
     "refusal",
+    "report_captures",
     "set_compile_mode",
 ]
 
@@ -161,14 +163,28 @@ def captured(
     if cap is not None or "capture_refused" in op.runtime:
         return cap
     devices = [a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda"]
+    start = time.perf_counter()
     try:
         with torch.random.fork_rng(devices=devices[:1]):
             cap = store[full] = _capture(op, args, params, rows)
+        _made[0] += 1
+        _made[1] += time.perf_counter() - start
     except Refused as e:
         _refuse(op, str(e))
     except Exception as e:  # noqa: BLE001  (any failure of the tracer: eager route)
         _refuse(op, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     return cap
+
+
+_made = [0, 0.0]  # captures made since the last report, and their seconds
+
+
+def report_captures(mode: str) -> None:
+    """Logs once the captures a sweep made (a first step, a first one-row group), with their
+    seconds: for ``inductor`` a cold compile and a warm start (Inductor's cache) differ here."""
+    if _made[0]:
+        log.info("device.compile=%s: %d op(s) captured in %.1f s", mode, _made[0], _made[1])
+        _made[0], _made[1] = 0, 0.0
 
 
 def _refuse(op: Op, why: str) -> None:

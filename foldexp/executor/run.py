@@ -55,7 +55,7 @@ from foldexp.executor.calls import (
     outputs,
     write_outputs,
 )
-from foldexp.executor.capture import capture_key, compile_mode
+from foldexp.executor.capture import capture_key, compile_mode, report_captures
 from foldexp.executor.replay import run_kept
 from foldexp.executor.tape import TapeRecord, add_rows, tape_backward, tape_forward
 from foldexp.kernels import WeightGradients, collecting_weight_gradients
@@ -107,7 +107,7 @@ class _Sweep:
         self.op_all = [op.parameters() for op in ops]  # what a capture takes, frozen ones too
         self.n_params = len(params)
         self.weight_grads = WeightGradients(params)
-        mode = compile_mode(device.type)
+        mode = self.mode = compile_mode(device.type)
         # Under autocast a captured graph would keep the casts (or lack of them) it was traced
         # with: autocast's steps run per group.
         autocast = torch.amp.is_autocast_available(device.type) and torch.is_autocast_enabled(
@@ -133,6 +133,8 @@ class _Sweep:
                     else None
                 )
                 self.records.append(record or self._eager_group(op, g, bufs))
+        if self.tape:
+            report_captures(self.mode)
         return outputs(plan, bufs)
 
     def _eager_group(self, op: Op, g: Group, bufs: list[torch.Tensor]) -> tuple[Any, ...]:

@@ -7,6 +7,7 @@ and what the tape cannot capture runs on the per-group route inside the same swe
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -244,3 +245,17 @@ def test_the_mode_is_checked_and_defaults_by_device(mode: None) -> None:
     assert compile_mode("cpu") == "off" and compile_mode("cuda") == "graphs"
     set_compile_mode("inductor")
     assert compile_mode("cpu") == "inductor"
+
+
+def test_a_steps_captures_are_logged_once_with_their_seconds(
+    mode: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    torch.manual_seed(9)
+    model = Compiler(fb.Map(fb.Vector(3) >> fb.FC(2)) >> fb.Sum())
+    xs = [[[1.0, 2.0, 3.0]] * 2, [[0.0, 1.0, 0.0]] * 3]
+    with caplog.at_level(logging.INFO, logger="foldexp.executor.capture"):
+        _step(model, xs, "graphs")
+        _step(model, xs, "graphs")
+    said = [r.getMessage() for r in caplog.records if "captured in" in r.getMessage()]
+    assert len(said) == 1
+    assert re.fullmatch(r"device.compile=graphs: \d+ op\(s\) captured in \d+\.\d s", said[0])
