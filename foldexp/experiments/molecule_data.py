@@ -76,6 +76,10 @@ def _check_keys(
         raise ConfigError(f"dataset.path is not set: name the molecule CSV, e.g. {usage}")
     if _unset(targets) or isinstance(targets, str) or not len(targets):
         raise ConfigError(f"dataset.targets names no column: give a list, e.g. {usage}")
+    names = [str(t) for t in targets]
+    twice = sorted({t for t in names if names.count(t) > 1})
+    if twice:  # a target's metrics are named after it: two of one name would share them
+        raise ConfigError(f"dataset.targets names {', '.join(twice)} twice; give each column once")
     checks = {
         "task": (task, ("auto", "regression", "classification")),
         "on_invalid": (on_invalid, ("error", "skip")),

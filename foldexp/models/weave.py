@@ -26,7 +26,6 @@ dataset's ``info``):
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +39,7 @@ from foldexp.compiler.schedule import Plan
 from foldexp.executor.compiled import Compiler
 from foldexp.models.paper import weave_module
 from foldexp.models.scores import average_precision, roc_auc, two_classes
+from foldexp.models.target_names import target_suffixes
 from foldexp.models.uncertainty import (
     calibrate_scale,
     check_uncertainty,
@@ -143,13 +143,6 @@ class MoleculeBatch:
     targets: torch.Tensor
     mask: torch.Tensor
     size: int
-
-
-def target_suffixes(names: Sequence[str]) -> list[str]:
-    """Target names as metric-name suffixes (``metrics.csv`` columns): word characters only,
-    numbered where two would collide."""
-    plain = [re.sub(r"\W+", "_", name).strip("_") or "target" for name in names]
-    return [s if plain.count(s) == 1 else f"{s}_{k}" for k, s in enumerate(plain)]
 
 
 class MoleculeTaskModel(nn.Module):

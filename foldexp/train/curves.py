@@ -57,7 +57,7 @@ def plot_curves(
     loop's names the data file and the model) and marks ``best_epoch``, the checkpoint kept;
     losses go on a log axis, where late epochs' small differences stay visible. Epochs are
     whole numbers on the axis. ``tasks``: the targets' metric suffixes of a run over several
-    targets; their per-target metrics (``dev_roc_auc_NR_AR``) make one figure of small
+    targets; their per-target metrics (``dev_roc_auc_NR-AR``) make one figure of small
     multiples, ``per_task.png``, not a file each (at most ``MAX_PANELS`` panels; drawn only
     with ``per_task``). ``units``: each target's units, written on the RMSE and MAE axes.
     """

@@ -2,10 +2,10 @@
 ``metrics.csv`` and ``results.json``, and the run ends with one table of them.
 
 A model scoring several targets reports, beside the mean over targets (``dev_roc_auc``), one
-metric per target named ``<split>_<metric>_<suffix>`` (``dev_roc_auc_NR_AR``; the suffixes are
-``target_suffixes`` of the targets' names). The epoch line leaves those out
-(``compact_metrics``); the learning curves draw them as one figure of small multiples
-(``curves.plot_curves``); and ``write_task_table`` writes ``results.md`` and
+metric per target named ``<split>_<metric>_<target>`` (``dev_roc_auc_NR-AR``: the target's name
+as the data file writes it, the same in every output; ``target_suffixes``). The epoch line
+leaves those out (``compact_metrics``); the learning curves draw them as one figure of small
+multiples (``curves.plot_curves``); and ``write_task_table`` writes ``results.md`` and
 ``per_task.csv`` at the end: each target's labelled test molecules (and positives, for
 classification) and its test ROC AUC and PRC AUC, or RMSE and MAE in the target's units
 (``dataset.units``).
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from foldexp.data.cells import markdown_cell, spreadsheet_row
-from foldexp.models.weave import target_suffixes
+from foldexp.models.target_names import target_suffixes
 from foldexp.train.artifacts import write_text
 
 __all__ = [

@@ -350,18 +350,20 @@ def test_regression_predictions_in_original_units_and_columns() -> None:
     rng = np.random.default_rng(2)
     model = WeaveModel(
         4, 3, 2, [1.5, 2.0], [0.5, 4.0], atom_size=4, pair_size=3, graph_size=4, mlp_size=4,
-        target_names=["logS", "logS"],
+        target_names=["logS", "log S"],
     )  # fmt: skip
     batch = model.collate([_Mol(rng, 2, [1, 5], [True, True])])
     z = model.compiler.run(batch.plan).detach()
     expected = z * torch.tensor([0.5, 4.0]) + torch.tensor([1.5, 2.0])
     torch.testing.assert_close(model.predict(batch).detach(), expected)
-    assert model.prediction_columns() == ["logS", "logS"]
+    assert model.prediction_columns() == ["logS", "log S"]
     assert model.selection() == ("rmse", "min")
-    # Two targets of one name: per-target metric columns are numbered apart.
+    # per-target metric columns carry the names as written (tests/unit/train/test_target_names.py)
     assert set(model.summarize({"count": 1.0})) == {
-        "rmse", "mae", "rmse_logS_0", "mae_logS_0", "rmse_logS_1", "mae_logS_1"
+        "rmse", "mae", "rmse_logS", "mae_logS", "rmse_log S", "mae_log S"
     }  # fmt: skip
+    with pytest.raises(ValueError, match="target 'logS' is given twice"):  # whose keys would clash
+        WeaveModel(4, 3, 2, [1.5, 2.0], [0.5, 4.0], target_names=["logS", "logS"])
 
 
 # ---------------------------------------------------------------------- epoch sums
