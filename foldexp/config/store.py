@@ -6,7 +6,10 @@ so an unknown key, a wrong type or a value outside an enum fails when Hydra comp
 
 from __future__ import annotations
 
+import os
+
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 from foldexp.config.dataset import (
     CalculatorDataConfig,
@@ -70,4 +73,11 @@ def register_configs() -> None:
     cs.store(group="dataset", name="text_csv_schema", node=TextCSVDataConfig)
     cs.store(group="model", name="child_sum_tree_lstm_schema", node=ChildSumTreeLSTMModelConfig)
     cs.store(group="model", name="calc_decode_schema", node=CalcDecodeModelConfig)
+    # ${env:NAME,DEFAULT}: the variable, or DEFAULT when it is unset or empty (XDG_CACHE_HOME=
+    # means the default, as the XDG spec says; oc.env took "" as a path: the filesystem's root)
+    OmegaConf.register_new_resolver("env", _env_or_default, replace=True)
     _registered = True
+
+
+def _env_or_default(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(name) or default

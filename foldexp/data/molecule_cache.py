@@ -4,12 +4,22 @@ Per-molecule arrays are stored concatenated with an ``n_atoms`` index, so loadin
 large reads rather than thousands of small ones. Pair features are all 0/1 and are stored as
 ``uint8`` (a quarter of the float32 size). Files are written to a temporary name in the cache
 directory and moved into place with :func:`os.replace`, so concurrent or interrupted runs never
-leave a half-written cache behind; they get the permissions the umask gives, as the cache is
-meant to be shared. No pickles: ``np.load(allow_pickle=False)``.
+leave a half-written cache behind; others may read them (as the umask allows), never write them.
+No pickles: ``np.load(allow_pickle=False)``.
 
-The metadata records a sha256 over every array (name, dtype, shape and bytes). A cache file that
-is empty, truncated, changed, mis-shaped or of another format is never an error: ``read_cache``
-logs why and returns ``None``, and the caller featurises again and overwrites it.
+The metadata records a sha256 over every array (name, dtype, shape and bytes) and the full key of
+the features (the CSV's digest with the reader's options): a file made from another CSV, or with
+other targets, is never read back for this one. A cache file that is empty, truncated, changed,
+mis-shaped, of another key or of another format is never an error: ``read_cache`` logs why and
+returns ``None``, and the caller featurises again and overwrites it.
+
+Trust, as for the kernel cache (``foldexp.kernels.library_files``; ``data`` imports nothing
+else of foldexp): the cache holds targets that training reads as the truth, so a folder another
+user could write to is not used at all (a warning says why): the folder must be this user's,
+writable by nobody else, and so must every folder above it (or have the sticky bit, as /tmp).
+A cache file is read only if it is a regular file (not a link) of this user's that nobody else
+may write. Files are written without group or other write permission; missing folders are made
+private (0700).
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ import hashlib
 import json
 import logging
 import os
+import stat
 import tempfile
 import zipfile
 from pathlib import Path
@@ -25,11 +36,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["CachedFeatures", "cache_path", "read_cache", "write_cache"]
+__all__ = ["CachedFeatures", "cache_path", "folder_fault", "read_cache", "write_cache"]
 
 log = logging.getLogger(__name__)
 
-_CACHE_FORMAT = 2  # 2: with a checksum
+_CACHE_FORMAT = 3  # 2: with a checksum; 3: with the features' full key
 _ARRAYS = (
     "smiles",
     "n_atoms",
@@ -60,15 +71,80 @@ def _digest(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
+def _uid() -> int | None:
+    return os.getuid() if hasattr(os, "getuid") else None
+
+
+def folder_fault(folder: Path) -> str | None:
+    """Why ``folder`` is not a private cache folder of this user, else ``None``: it (or a folder
+    above it, as named or resolved) is owned by another user (root excepted above it), or
+    writable by others (above it: without the sticky bit) — the kernel cache's rules."""
+    uid = _uid()
+    try:
+        st = os.stat(folder)
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{folder} is not a folder"
+        if uid is not None and (st.st_uid != uid or st.st_mode & 0o022):
+            return f"{folder} has owner {st.st_uid} and mode {st.st_mode & 0o777:o}"
+        for parent in dict.fromkeys([*folder.absolute().parents, *folder.resolve().parents]):
+            st = os.stat(parent)
+            if uid is not None and st.st_uid not in (uid, 0):
+                return f"{parent} is owned by user {st.st_uid}"
+            if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+                return f"{parent} is writable by others (mode {st.st_mode & 0o7777:o})"
+    except OSError as exc:
+        return f"{exc.strerror or exc}"
+    return None
+
+
+def _private_folder(folder: Path) -> bool:
+    """Makes ``folder`` (missing folders private, 0700); whether it may hold the cache (a
+    warning says why not)."""
+    try:
+        for missing in [p for p in (*reversed(folder.parents), folder) if not p.exists()]:
+            missing.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        log.warning("featurisation cache %s cannot be made (%s): not used", folder, exc)
+        return False
+    fault = folder_fault(folder)
+    if fault is not None:
+        log.warning(
+            "featurisation cache %s is not a private folder of this user (%s): not used; set "
+            "paths.cache_dir (FOLDEXP_CACHE) to a folder only you can change",
+            folder,
+            fault,
+        )
+    return fault is None
+
+
+def _open_own(path: Path) -> int:
+    """``path`` opened without following a link, and checked: a regular file of this user's
+    that nobody else may write (else ``_Damaged`` saying why)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    st, uid = os.fstat(fd), _uid()
+    fault = (
+        "not a regular file" if not stat.S_ISREG(st.st_mode)
+        else f"owned by user {st.st_uid}" if uid is not None and st.st_uid != uid
+        else f"writable by others (mode {st.st_mode & 0o777:o})" if st.st_mode & 0o022
+        else None
+    )  # fmt: skip
+    if fault is not None:
+        os.close(fd)
+        raise _Damaged(f"not trusted: {fault}")
+    os.set_blocking(fd, True)
+    return fd
+
+
 def _file_mode() -> int:
-    """``0o666`` less the umask (read without changing it where /proc allows)."""
+    """``0o644`` less the umask (read without changing it where /proc allows): never writable
+    by others, who could change the targets."""
     try:
         with open("/proc/self/status", encoding="ascii") as f:
             umask = next(int(ln.split()[1], 8) for ln in f if ln.startswith("Umask:"))
     except (OSError, ValueError, IndexError, StopIteration):
         umask = os.umask(0o022)
         os.umask(umask)
-    return 0o666 & ~umask
+    return 0o644 & ~umask
 
 
 class CachedFeatures(NamedTuple):
@@ -97,8 +173,12 @@ def write_cache(
     target_mask: np.ndarray,
     rows: np.ndarray,
     invalid: list[tuple[int, str]],
+    key: str = "",
 ) -> None:
-    """Write featurised molecules atomically to ``path``."""
+    """Write featurised molecules atomically to ``path`` (``key``: their full cache key, which
+    ``read_cache`` must be given back); nothing in a folder that is not private (logged)."""
+    if not _private_folder(path.parent):
+        return
     n_atoms = np.array([a.shape[0] for a in atom_features], dtype=np.int64)
     a_dim = atom_features[0].shape[1] if atom_features else 0
     p_dim = pair_features[0].shape[2] if pair_features else 0
@@ -124,29 +204,31 @@ def write_cache(
         "atom_dim": int(a_dim),
         "pair_dim": int(p_dim),
         "sha256": _digest(arrays),
+        "key": key,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
-        os.chmod(tmp, _file_mode())  # mkstemp creates 0600; the cache is meant to be shared
+        os.chmod(tmp, _file_mode())  # mkstemp creates 0600: others may read, never write
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def read_cache(path: Path) -> CachedFeatures | None:
-    """Read a cache file; ``None`` if it is absent, damaged or from another format version.
+def read_cache(path: Path, key: str = "") -> CachedFeatures | None:
+    """Read a cache file; ``None`` if it is absent, damaged, made for another key (``key``: the
+    full cache key of the features wanted), from another format version, or not trusted (its
+    folder or the file could be written by someone else).
 
     A damaged cache is never an error: the reason is logged, and the caller featurises again and
     overwrites it.
     """
-    if not path.is_file():
+    if not path.is_file() or not _private_folder(path.parent):
         return None
     try:
-        return _decode(path)
+        return _decode(path, key)
     except _OtherFormat as exc:
         log.info("featurisation cache %s: %s; featurising again", path, exc)
     except _Damaged as exc:
@@ -156,13 +238,15 @@ def read_cache(path: Path) -> CachedFeatures | None:
     return None
 
 
-def _decode(path: Path) -> CachedFeatures:
+def _decode(path: Path, key: str) -> CachedFeatures:
     """The cache's contents; raises ``_Damaged`` (or a read error) when they cannot be used."""
-    with np.load(path, allow_pickle=False) as z:
+    with os.fdopen(_open_own(path), "rb") as f, np.load(f, allow_pickle=False) as z:
         meta = json.loads(str(z["meta"]))
         if not isinstance(meta, dict) or meta.get("format") != _CACHE_FORMAT:
             version = meta.get("format") if isinstance(meta, dict) else None
             raise _OtherFormat(f"format {version!r}, not {_CACHE_FORMAT} (another version's)")
+        if meta.get("key") != key:
+            raise _Damaged("made from another file or other options (its key differs)")
         arrays = {name: z[name] for name in _ARRAYS}
     if _digest(arrays) != meta.get("sha256"):
         raise _Damaged("contents do not match their checksum")

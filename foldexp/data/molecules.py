@@ -153,10 +153,9 @@ def load_molecule_csv(
         "max_atoms": max_atoms,
         "max_smiles_chars": max_smiles_chars,
     }
-    cache_file = (
-        None if cache_dir is None else cache_path(Path(cache_dir), path, _cache_key(path, options))
-    )
-    if cache_file is not None and (cached := _read_cached(cache_file)) is not None:
+    key = "" if cache_dir is None else _cache_key(path, options)  # the file's digest and options
+    cache_file = None if cache_dir is None else cache_path(Path(cache_dir), path, key)
+    if cache_file is not None and (cached := _read_cached(cache_file, key)) is not None:
         return _finish(path, targets_tuple, *cached)
     rows, smiles, targets, mask, too_long = read_molecule_rows(
         path, smiles_column, targets_tuple, max_smiles_chars
@@ -174,12 +173,14 @@ def load_molecule_csv(
         )
     kept = np.array(kept_rows, dtype=np.int64)
     if cache_file is not None:
-        _write_cached(cache_file, graphs, (targets[kept_index], mask[kept_index]), kept, invalid)
+        labels = (targets[kept_index], mask[kept_index])
+        _write_cached(cache_file, key, graphs, labels, kept, invalid)
     return _finish(path, targets_tuple, graphs, kept, invalid)
 
 
 def _write_cached(
     cache_file: Path,
+    key: str,
     graphs: list[MoleculeGraph],
     labels: tuple[np.ndarray, np.ndarray],
     rows: np.ndarray,
@@ -197,15 +198,16 @@ def _write_cached(
         mask,
         rows,
         invalid,
+        key=key,
     )
 
 
 def _read_cached(
-    cache_file: Path,
+    cache_file: Path, key: str
 ) -> tuple[list[MoleculeGraph], np.ndarray, list[tuple[int, str]]] | None:
-    """The graphs, row numbers and invalid rows a cache file holds, or ``None`` if it is absent
-    or unusable (``molecule_cache.read_cache``)."""
-    cached = read_cache(cache_file)
+    """The graphs, row numbers and invalid rows a cache file holds for ``key``, or ``None`` if
+    it is absent, of another key or unusable (``molecule_cache.read_cache``)."""
+    cached = read_cache(cache_file, key)
     if cached is None:
         return None
     graphs = [

@@ -3,6 +3,7 @@ rebuilt, killed writes' temporary files cleaned, and files readable as the umask
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import stat
@@ -72,6 +73,12 @@ def cached(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     yield csv, entry
 
 
+def _key(entry: Path) -> str:
+    """The full key a cache file records (the CSV's digest and the reader's options)."""
+    with np.load(entry) as z:
+        return json.loads(str(z["meta"]))["key"]
+
+
 def _load_again(csv: Path, caplog: pytest.LogCaptureFixture, why: str) -> None:
     with caplog.at_level(logging.WARNING, logger="foldexp.data.molecule_cache"):
         ds = load_molecule_csv(csv, target_columns="y", cache_dir=csv.parent / "cache")
@@ -79,7 +86,7 @@ def _load_again(csv: Path, caplog: pytest.LogCaptureFixture, why: str) -> None:
     assert why in caplog.text and "featurising again" in caplog.text
     caplog.clear()
     (entry,) = (csv.parent / "cache").glob("*.npz")
-    assert molecule_cache.read_cache(entry) is not None  # rewritten whole
+    assert molecule_cache.read_cache(entry, _key(entry)) is not None  # rewritten whole
     assert not caplog.text
 
 
@@ -110,7 +117,8 @@ def test_mis_shaped_molecule_cache_is_rebuilt(
     atoms = [np.zeros((3, 44), np.float32)]
     pairs = [np.zeros((2, 2, 14), np.float32)]  # pairs for two atoms, not three
     one = np.zeros((1, 1))
-    molecule_cache.write_cache(entry, ["CCO"], atoms, pairs, one, one > 0, np.zeros(1), [])
+    key = _key(entry)
+    molecule_cache.write_cache(entry, ["CCO"], atoms, pairs, one, one > 0, np.zeros(1), [], key)
     _load_again(csv, caplog, "mis-shaped")
 
 
