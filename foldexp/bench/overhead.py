@@ -5,8 +5,9 @@ On CUDA every dispatched torch op is at least one kernel launch plus some micros
 Python and dispatch, and every read of a device value (``.item()``, ``.tolist()``, ``bool()``)
 makes the CPU wait for the GPU. ``count_ops`` counts, under a ``TorchDispatchMode``, the aten
 ops a step dispatches (forward and backward: the autograd engine runs a CPU step's backward on
-the calling thread), the views among them (no kernel), the host syncs
-(``aten._local_scalar_dense``) and the host-to-device copies (a copy from a CPU tensor into a
+the calling thread), the views among them (no kernel), the host syncs (the ops that make the
+host wait for a CUDA device: a read of a value, ``nonzero``, a boolean-mask index, ...; see
+``host_syncs``) and the host-to-device copies (a copy from a CPU tensor into a
 tensor on another device: run the step with the model on ``meta`` to count them without a GPU).
 
 ``peers_step`` builds the peers' workload (``bench=peers``: random binary trees, the
@@ -31,6 +32,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from foldexp.bench.host_syncs import syncs_on_device
+
 __all__ = [
     "KernelCount",
     "OpCount",
@@ -41,7 +44,6 @@ __all__ = [
 ]
 
 _COPIES = {"aten._to_copy.default", "aten.copy_.default"}
-_SYNC = "aten._local_scalar_dense.default"
 
 
 @dataclass
@@ -79,7 +81,7 @@ class _Counting(TorchDispatchMode):
             self.count.views += 1
         else:
             self.count.ops[name.removeprefix("aten.").removesuffix(".default")] += 1
-        if name == _SYNC:
+        if syncs_on_device(func, args, kwargs):
             self.count.syncs += 1
         elif name in _COPIES:
             sources = tree_flatten((args, kwargs))[0]
