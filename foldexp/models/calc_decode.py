@@ -194,21 +194,22 @@ class CalcDecoder(nn.Module):
         logits, owner = self.forced.last_metrics["logits"]
         target, _ = self.forced.last_metrics["target"]
         loss = F.cross_entropy(logits, target.to(logits.device))
-        if self.training:
-            hits = (logits.argmax(-1) == target.to(logits.device)).cpu()
-            per_seq = torch.zeros(batch.size, dtype=torch.int64).index_add_(
-                0, owner, (~hits).long()
-            )
-            tokens, exact = int(hits.sum()), int((per_seq == 0).sum())
+        if self.training:  # counted on the device: the trainer reads them with the loss
+            hits = logits.argmax(-1) == target.to(logits.device)
+            misses = torch.zeros(batch.size, dtype=torch.int64, device=logits.device)
+            misses.index_add_(0, owner.to(logits.device), (~hits).long())
+            tokens, exact = hits.sum().float(), (misses == 0).sum().float()
         else:
             decoded = self.decode(batch)
-            tokens = sum(_token_hits(d, y) for d, y in zip(decoded, batch.targets))
-            exact = sum(d == y for d, y in zip(decoded, batch.targets))
+            tokens = torch.tensor(
+                float(sum(_token_hits(d, y) for d, y in zip(decoded, batch.targets)))
+            )
+            exact = torch.tensor(float(sum(d == y for d, y in zip(decoded, batch.targets))))
         return {
             "loss": loss,
-            "token_hits": torch.tensor(float(tokens)),
+            "token_hits": tokens,
             "tokens": torch.tensor(float(sum(len(y) for y in batch.targets))),
-            "exact": torch.tensor(float(exact)),
+            "exact": exact,
             "count": torch.tensor(float(batch.size)),
         }
 

@@ -121,9 +121,11 @@ class SequenceLSTMClassifier(nn.Module):
     def forward(self, batch: SentenceBatch) -> dict[str, torch.Tensor]:
         """Mean cross-entropy over labelled sentences, and the correct and labelled counts."""
         logits = self.logits(batch)
-        labels = batch.labels.to(logits.device)
-        mask = labels >= 0
-        loss = F.cross_entropy(logits[mask], labels[mask]) if mask.any() else logits.sum() * 0
+        labels = batch.labels.to(logits.device).clamp(min=-1)
+        # Unlabelled sentences (label < 0) weigh nothing, neither indexed out nor tested for
+        # (both make the host wait for a GPU); none labelled: a loss of 0, not 0 / 0.
+        loss = F.cross_entropy(logits, labels, ignore_index=-1, reduction="sum")
+        loss = loss / (labels >= 0).sum().clamp(min=1)
         return {"loss": loss, **self.score_roots(logits, labels)}
 
     def root_probabilities(self, batch: SentenceBatch) -> torch.Tensor:
@@ -141,7 +143,7 @@ class SequenceLSTMClassifier(nn.Module):
     def score_roots(self, scores: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
         """Correct and labelled counts of class scores (logits or probabilities)."""
         mask = labels >= 0
-        return {"correct": (scores.argmax(1) == labels)[mask].sum(), "count": mask.sum()}
+        return {"correct": ((scores.argmax(1) == labels) & mask).sum(), "count": mask.sum()}
 
     @staticmethod
     def summarize(sums: dict[str, float]) -> dict[str, float]:

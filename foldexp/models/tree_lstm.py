@@ -238,9 +238,8 @@ class TreeLSTMClassifier(nn.Module):
         root_labels = batch.root_labels.to(root_logits.device)
         if self.node_loss:
             loss = self._node_loss(node_logits, node_labels) / max(1, batch.size)
-        else:
-            root_mask = root_labels >= 0
-            loss = F.cross_entropy(root_logits[root_mask], root_labels[root_mask])
+        else:  # the mean over labelled roots (``_node_loss`` says why no mask indexes)
+            loss = F.cross_entropy(root_logits, root_labels.clamp(min=-1), ignore_index=-1)
         stats = {"loss": loss}
         stats.update(self._hits("root", root_logits, root_labels))
         stats.update(self._hits("node", node_logits, node_labels))
@@ -249,12 +248,14 @@ class TreeLSTMClassifier(nn.Module):
     def _node_loss(self, node_logits: torch.Tensor, node_labels: torch.Tensor) -> torch.Tensor:
         """Summed cross-entropy over labelled nodes, mixed with the soft targets' when
         distilling."""
-        mask = node_labels >= 0
-        loss = F.cross_entropy(node_logits[mask], node_labels[mask], reduction="sum")
+        # Unlabelled nodes (label < 0) weigh nothing rather than being indexed out: indexing by
+        # a boolean mask makes the host wait for a GPU to count the rows.
+        labels = node_labels.clamp(min=-1)
+        loss = F.cross_entropy(node_logits, labels, ignore_index=-1, reduction="sum")
         if self.teacher and self.training and self._soft_targets:
             soft, _ = self.compiler.last_metrics["soft"]
-            log_p = node_logits[mask].log_softmax(1)
-            soft_loss = -(soft[mask] * log_p).sum()
+            soft = torch.where((labels >= 0)[:, None], soft, 0.0)
+            soft_loss = -(soft * node_logits.log_softmax(1)).sum()
             loss = (1 - self.distill_weight) * loss + self.distill_weight * soft_loss
         return loss
 
