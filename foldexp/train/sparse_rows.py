@@ -17,6 +17,10 @@ kernel), several processes (DDP buckets dense gradients) and a table sharing a f
 optimizer's group with other parameters (a sparse gradient sends the whole group to torch's
 slower unfused step) keep the dense route too. The choice is per table, made once after the
 optimizer is built, and logged.
+
+On the CPU only (``SPARSE_DEVICES``): on a GPU the dense sweep is one short kernel, while torch's
+sparse step coalesces the rows (a ``unique`` whose size the host must read), so every step would
+wait for the device (and a CUDA graph could not hold the step).
 """
 
 from __future__ import annotations
@@ -28,7 +32,10 @@ from torch import nn
 
 from foldexp.blocks import Embedding
 
-__all__ = ["use_sparse_table_gradients"]
+__all__ = ["SPARSE_DEVICES", "use_sparse_table_gradients"]
+
+# The device types whose tables take sparse gradients (see the module doc).
+SPARSE_DEVICES = ("cpu",)
 
 
 def _optimizer_of(optimizer: Any, param: torch.Tensor) -> tuple[Any, dict[str, Any]] | None:
@@ -54,8 +61,8 @@ def use_sparse_table_gradients(
     model: nn.Module, optimizer: Any, grad_clip: float, world_size: int
 ) -> list[str]:
     """Switches every trainable embedding table of ``model`` (``foldexp.blocks.Embedding`` or
-    ``nn.Embedding``) whose update is unchanged by it to sparse gradients; returns their
-    module names."""
+    ``nn.Embedding``) on a device of ``SPARSE_DEVICES`` whose update is unchanged by it to
+    sparse gradients; returns their module names."""
     if grad_clip or world_size > 1:
         return []
     names: dict[int, str] = {}  # a table reachable by several paths goes by its shortest name
@@ -69,6 +76,8 @@ def use_sparse_table_gradients(
             continue
         weight = module.weight
         if not weight.requires_grad or weight.layout != torch.strided:
+            continue
+        if weight.device.type not in SPARSE_DEVICES:
             continue
         found = _optimizer_of(optimizer, weight)
         if found is not None and _same_update_when_sparse(*found):

@@ -93,3 +93,11 @@ def test_frozen_tables_and_plain_nn_embeddings() -> None:
     optimizer = torch.optim.Adagrad([model[0].weight], lr=0.1)
     assert use_sparse_table_gradients(model, optimizer, 0.0, 1) == ["0"]
     assert model[0].sparse and not model[1].sparse
+
+
+def test_a_table_off_the_cpu_stays_dense() -> None:
+    # (meta stands for a GPU: torch's sparse step would coalesce there, making the host wait)
+    model = _Words().to("meta")
+    optimizer = torch.optim.Adagrad(model.groups(), lr=0.1)
+    assert use_sparse_table_gradients(model, optimizer, 0.0, 1) == []
+    assert not model.table.sparse
