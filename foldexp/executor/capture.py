@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -251,7 +252,9 @@ def _capture(op: Op, args: list[Any], params: list[torch.Tensor], rows: int) -> 
     example = _example(args)
     leaves = [p.detach().requires_grad_(p.requires_grad) for p in params]
     body = _body(op, params)
-    cap = trace_graphs(body, [*leaves, *example], len(params), op.n_out, dynamic=rows != 1)
+    with warnings.catch_warnings():  # torch's tracer and compiler warn of their own internals
+        warnings.simplefilter("ignore")
+        cap = trace_graphs(body, [*leaves, *example], len(params), op.n_out, dynamic=rows != 1)
     cap.n_params = len(params)
     _check_against_eager(op, cap, body, leaves, example)
     return cap

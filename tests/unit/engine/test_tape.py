@@ -259,3 +259,29 @@ def test_a_steps_captures_are_logged_once_with_their_seconds(
     said = [r.getMessage() for r in caplog.records if "captured in" in r.getMessage()]
     assert len(said) == 1
     assert re.fullmatch(r"device.compile=graphs: \d+ op\(s\) captured in \d+\.\d s", said[0])
+
+
+@pytest.mark.slow
+def test_inductor_compiles_the_tapes_graphs_and_the_step_is_unchanged(
+    mode: None, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``device.compile=inductor`` (its cache a private folder of the test's): the same loss
+    and gradients as the per-group route, every op on the tape."""
+    from foldexp.executor import inductor
+
+    (tmp_path / "home").mkdir(mode=0o700)
+    monkeypatch.setenv("FOLDEXP_KERNEL_CACHE", str(tmp_path / "home" / "kernels"))
+    monkeypatch.setattr(inductor, "_cache_ready", None)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "unused"))
+    torch.manual_seed(10)
+    cell = nn.Sequential(nn.Linear(3, 4), nn.Tanh())
+    model = Compiler(fb.Map(fb.Vector(3) >> fb.Function(cell)) >> fb.Sum())
+    xs = [[[1.0, 2.0, 3.0]] * 2, [[0.0, 1.0, 0.0]] * 3, [[0.5, 0.5, -1.0]]]
+    want_loss, want = _step(model, xs, "off")
+    got_loss, got = _step(model, xs, "inductor")
+    assert got_loss == pytest.approx(want_loss, rel=1e-5)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    refused = [capture.refusal(op) for op in model.ops]
+    assert refused == [None] * len(refused), refused
+    assert (tmp_path / "home" / "inductor").is_dir()
