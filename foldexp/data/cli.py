@@ -8,8 +8,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
+from foldexp.data.cache_bound import (
+    CACHE_MAX_ENV,
+    DEFAULT_MAX_MB,
+    cache_files,
+    clear_cache,
+    default_cache_dir,
+    max_cache_bytes,
+)
 from foldexp.data.errors import DataError
 from foldexp.data.fetch import DATASETS
 from foldexp.data.paths import DATA_ENV_VAR
@@ -85,7 +95,35 @@ def build_parser(own_kinds: Sequence[str] = ()) -> argparse.ArgumentParser:
         default="outputs/data-stats",
         help="folder for NAME.png (default: outputs/data-stats)",
     )
+    p = commands.add_parser(
+        "cache",
+        help="list the featurisation cache's files, or remove them (--clear)",
+        description="The molecule featurisation cache (paths.cache_dir: FOLDEXP_CACHE, else "
+        "~/.cache/foldexp/data): its files, their sizes and last use, and its cap "
+        f"({CACHE_MAX_ENV}, default {DEFAULT_MAX_MB} MB; the files used longest ago go first).",
+    )
+    p.add_argument("--clear", action="store_true", help="remove every cache file")
+    p.add_argument("--dir", metavar="DIR", help="the cache folder (default: paths.cache_dir's)")
     return parser
+
+
+def cache_command(folder: Path, clear: bool) -> int:
+    """``foldexp data cache [--clear]``: the cache's files, or their removal."""
+    if clear:
+        count, size = clear_cache(folder)
+        print(f"removed {count} cache file(s), {size / 2**20:.1f} MB, from {folder}")
+        return 0
+    files = cache_files(folder)
+    for f in files:
+        used = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.used))
+        print(f"{f.size / 2**20:10.1f} MB  last used {used}  {f.path.name}")
+    total = sum(f.size for f in files)
+    print(
+        f"{folder}: {len(files)} file(s), {total / 2**20:.1f} MB of at most "
+        f"{max_cache_bytes() / 2**20:.0f} MB ({CACHE_MAX_ENV}); foldexp data cache --clear "
+        "removes them"
+    )
+    return 0
 
 
 def _kinds_help(command: str, own_kinds: Sequence[str]) -> str:
@@ -106,6 +144,8 @@ def main(argv: list[str] | None = None, own_kinds: Sequence[str] = ()) -> int:
     from foldexp.data import commands  # after parsing, so --help stays instant
 
     try:
+        if args.command == "cache":
+            return cache_command(Path(args.dir) if args.dir else default_cache_dir(), args.clear)
         if args.command == "fetch":
             return commands.fetch_command(args.name, args.data_dir, force=args.force)
         if args.command == "import":

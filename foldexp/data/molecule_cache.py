@@ -5,7 +5,8 @@ large reads rather than thousands of small ones. Pair features are all 0/1 and a
 ``uint8`` (a quarter of the float32 size). Files are written to a temporary name in the cache
 directory and moved into place with :func:`os.replace`, so concurrent or interrupted runs never
 leave a half-written cache behind; others may read them (as the umask allows), never write them.
-No pickles: ``np.load(allow_pickle=False)``.
+No pickles: ``np.load(allow_pickle=False)``. The folder's files are bounded by a size cap,
+least recently used first (``foldexp.data.cache_bound``: ``FOLDEXP_CACHE_MAX_MB``).
 
 The metadata records a sha256 over every array (name, dtype, shape and bytes) and the full key of
 the features (the CSV's digest with the reader's options): a file made from another CSV, or with
@@ -35,6 +36,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+
+from foldexp.data.cache_bound import bound_cache, mark_used
 
 __all__ = ["CachedFeatures", "cache_path", "folder_fault", "read_cache", "write_cache"]
 
@@ -215,6 +218,7 @@ def write_cache(
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    bound_cache(path.parent, keep=path)  # the cap, least recently used first (cache_bound.py)
 
 
 def read_cache(path: Path, key: str = "") -> CachedFeatures | None:
@@ -228,7 +232,9 @@ def read_cache(path: Path, key: str = "") -> CachedFeatures | None:
     if not path.is_file() or not _private_folder(path.parent):
         return None
     try:
-        return _decode(path, key)
+        features = _decode(path, key)
+        mark_used(path)  # its last use: the cap removes the files used longest ago first
+        return features
     except _OtherFormat as exc:
         log.info("featurisation cache %s: %s; featurising again", path, exc)
     except _Damaged as exc:
