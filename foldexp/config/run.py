@@ -118,7 +118,8 @@ class DeviceConfig:
     # autograd graph; graphs = one autograd node for the step, each op captured once into
     # forward and backward aten graphs run as they are; inductor = the same graphs compiled by
     # PyTorch's Inductor (C++ on the CPU, Triton on CUDA; compiles for seconds to a minute on
-    # first use, cached on disk). null = off on the CPU, graphs on CUDA
+    # first use, cached on disk). null = off on the CPU; on CUDA inductor where Triton is
+    # installed, else graphs
     compile: CompileMode | None = None
     # glibc keeps freed memory for reuse: no page faults on each step's big tensors
     keep_memory: bool = True

@@ -28,6 +28,7 @@ the per-group autograd route (``run.py``).
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import time
 import warnings
@@ -75,10 +76,14 @@ def set_compile_mode(mode: str | None) -> str | None:
 
 
 def default_compile_mode(device_type: str) -> str:
-    """``device.compile: null``: the per-group route on the CPU, where foldexp's fused C++ cells
-    leave the captured graphs run as they are no faster and Inductor's compile costs more than
-    a short run gains (``docs/PERFORMANCE.md``); the tape's graphs on CUDA."""
-    return "graphs" if device_type == "cuda" else "off"
+    """``device.compile: null``. On the CPU the per-group route: foldexp's fused C++ cells make
+    it faster than the captured graphs run as they are, and Inductor's compile (tens of seconds
+    on two cores) costs more than a short run gains (``docs/PERFORMANCE.md``). On CUDA the tape,
+    compiled by Inductor where Triton is installed (kernels fused as the hand-written ones are,
+    for a user's cells too), else its graphs as they are."""
+    if device_type != "cuda":
+        return "off"
+    return "inductor" if importlib.util.find_spec("triton") is not None else "graphs"
 
 
 def resolve_compile_mode(setting: str | None, device_name: str) -> str:

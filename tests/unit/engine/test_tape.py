@@ -242,7 +242,8 @@ def test_the_mode_is_checked_and_defaults_by_device(mode: None) -> None:
     with pytest.raises(ValueError, match="device.compile='fast'"):
         set_compile_mode("fast")
     set_compile_mode(None)
-    assert compile_mode("cpu") == "off" and compile_mode("cuda") == "graphs"
+    assert compile_mode("cpu") == "off"
+    assert compile_mode("cuda") in ("inductor", "graphs")
     set_compile_mode("inductor")
     assert compile_mode("cpu") == "inductor"
 
