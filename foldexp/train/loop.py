@@ -63,6 +63,7 @@ from foldexp.train.checkpoint import (
 )
 from foldexp.train.ema import ParamAverage
 from foldexp.train.fit import TrainingDiverged, TrainingRun, evaluate_split, fit, new_progress
+from foldexp.train.held_out import write_test_predictions
 from foldexp.train.loaders import RunLoaders
 from foldexp.train.loggers import RunLoggers
 from foldexp.train.lr_schedule import LRScheduler
@@ -161,6 +162,9 @@ def _train(cfg: RunSettings, ctx: dd.DistContext, device: torch.device) -> dict[
         table = write_task_table(out_dir, results, bundle.info, bundle.test)
         if len(table) > 3:  # several targets: the table rather than a line of them
             log.info("test per target (results.md, per_task.csv):\n%s", "\n".join(table))
+        tc = cfg.trainer  # each test molecule's predictions, and their plots (held_out.py)
+        write_test_predictions(out_dir, run.model, bundle.test, bundle.info,
+                               tc.eval_batch_size, tc.plots)  # fmt: skip
         log.info("run folder: %s", out_dir)
     tested = {k: v for k, v in results.items() if k.startswith("test_")}
     log.info("test: %s", compact_metrics(tested, run.tasks, "results.md"))
