@@ -87,9 +87,14 @@ def _hydra_app(name: str, module: str) -> object:
             composing,
             launcher_error,
             launcher_missing,
+            removed_group,
             still_composing,
         )
 
+        removed = removed_group(argv) if name == "train" else None
+        if removed is not None:  # before Hydra, whose own error is a traceback
+            print(f"foldexp {name}: error: {removed}", file=sys.stderr)
+            return 2
         app = importlib.import_module(module)
         refused = launcher_missing(argv)  # before Hydra writes the sweep folder's multirun.yaml
         if refused:

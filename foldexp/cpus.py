@@ -26,6 +26,7 @@ idle threads wait (``foldexp/startup.py``), which changes no result.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from pathlib import Path
@@ -42,25 +43,54 @@ __all__ = [
 WORK_PER_THREAD = 100_000_000
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
+_MAX_MICROSECONDS = 10**15  # a quota or period past this (31 years) is no quota
+
+log = logging.getLogger("foldexp.cpus")
+
+
+def _ratio(quota: str, period: str, source: Path) -> float | None:
+    """``quota / period`` in CPUs; a pair that is no quota (a zero or negative period, numbers
+    past 10**15: ``cpu.max = "100000 0"`` had divided by zero, a 400-digit quota overflowed a
+    float) is warned of and ignored, so the affinity mask decides."""
+    try:
+        q, p = int(quota), int(period)
+    except ValueError:
+        q = p = 0
+    if not (0 < q <= _MAX_MICROSECONDS and 0 < p <= _MAX_MICROSECONDS):
+        log.warning(
+            "%s holds %.40r / %.40r, not a CPU quota: ignored (the affinity mask decides)",
+            source,
+            quota,
+            period,
+        )
+        return None
+    return q / p
+
+
+def _read(path: Path) -> str:
+    """A cgroup file's text (any bytes: a non-ASCII name is no reason to fail)."""
+    return path.read_bytes().decode("utf-8", "surrogateescape")
 
 
 def _quota_v2(folder: Path) -> float | None:
     """``cpu.max`` of one cgroup v2 folder as CPUs (``max`` or absent: none)."""
     try:
-        quota, period = (folder / "cpu.max").read_text(encoding="ascii").split()[:2]
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):
+        fields = _read(folder / "cpu.max").split()
+    except OSError:
         return None
+    if not fields or fields[0] == "max":
+        return None
+    return _ratio(fields[0], fields[1] if len(fields) > 1 else "", folder / "cpu.max")
 
 
 def _quota_v1(folder: Path) -> float | None:
     """``cpu.cfs_quota_us / cpu.cfs_period_us`` of one cgroup v1 cpu folder (-1: none)."""
     try:
-        quota = int((folder / "cpu.cfs_quota_us").read_text(encoding="ascii"))
-        period = int((folder / "cpu.cfs_period_us").read_text(encoding="ascii"))
-        return quota / period if quota > 0 and period > 0 else None
-    except (OSError, ValueError):
+        quota = _read(folder / "cpu.cfs_quota_us").strip()
+        period = _read(folder / "cpu.cfs_period_us").strip()
+    except OSError:
         return None
+    return None if quota == "-1" else _ratio(quota, period, folder / "cpu.cfs_quota_us")
 
 
 def _lowest(quotas: list[float | None]) -> float | None:
@@ -72,7 +102,7 @@ def cgroup_cpus(root: Path = _CGROUP_ROOT, proc: Path = Path("/proc/self/cgroup"
     """The CPU quota of this process's cgroup (the lowest along its path to the root), in CPUs;
     ``None`` where there is none or no cgroup file system to read."""
     try:
-        lines = proc.read_text(encoding="ascii").splitlines()
+        lines = _read(proc).splitlines()
     except OSError:
         return None
     quotas: list[float | None] = []

@@ -40,6 +40,7 @@ from foldexp.config.targets import (
     group_options,
     import_target,
     schema_for,
+    undefined_class,
 )
 
 __all__ = ["check_config", "check_run_config", "check_section", "check_value"]
@@ -280,6 +281,9 @@ def _model_class(target: str) -> type:
     (a function such as ``os.system``) is refused before it is ever called."""
     import torch
 
+    why = undefined_class(target)
+    if why is not None:  # said before the module is imported (and its import code run)
+        raise ConfigError(f"model._target_={target!r} is not a model class: {why}")
     built = import_target(target)
     if not (inspect.isclass(built) and issubclass(built, torch.nn.Module)):
         raise ConfigError(

@@ -21,6 +21,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -129,3 +130,25 @@ def launcher_error(exc: RuntimeError) -> str | None:
     launcher off a cluster, named by a preset: ``Could not detect "srun"``); ``None`` for any
     other error."""
     return _NO_SRUN if '"srun"' in str(exc) else None
+
+
+#: The config groups a training run cannot do without: ``model=null`` or ``~model`` had been
+#: Hydra's traceback ("Config group override must be a string") or a line about "dictionary
+#: update sequence element #0".
+REQUIRED_GROUPS = ("dataset", "model", "optimizer", "trainer", "device", "paths")
+
+
+def removed_group(argv: list[str]) -> str | None:
+    """The one-line error for a command-line argument that removes a required group
+    (``model=null``, ``~model``), naming its options; ``None`` when none does."""
+    from foldexp.config import CONF_DIR
+
+    for arg in argv:
+        group = arg[1:] if arg.startswith("~") else arg.removesuffix("=null")
+        if group in REQUIRED_GROUPS and arg in (f"~{group}", f"{group}=null"):
+            names = sorted(p.stem for p in Path(CONF_DIR, group).glob("*.yaml"))
+            return (
+                f"{arg}: a run needs a {group}; choose one of its options with {group}=NAME "
+                f"({', '.join(names)})"
+            )
+    return None

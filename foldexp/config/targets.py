@@ -42,6 +42,7 @@ __all__ = [
     "plain",
     "schema_defaults",
     "schema_for",
+    "undefined_class",
 ]
 
 
@@ -138,6 +139,37 @@ def schema_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
 def schema_for(target: str) -> type | None:
     """The schema of a registered dataset or model target, else ``None``."""
     return TARGETS.get(target)
+
+
+def undefined_class(target: str) -> str | None:
+    """Why ``target`` (``pkg.module.Class``) cannot name a class of its module, found without
+    running the module: its source (``find_spec``, which runs parent packages only) must define
+    the name at top level as a class or import it. ``None`` when it may; a refusal here means
+    the module's import side effects never ran (``model._target_=this.s`` had run ``this``)."""
+    import ast
+    import importlib.util
+
+    module, _, name = target.rpartition(".")
+    if not module or not name.isidentifier():
+        return "expected pkg.module.Class"
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError, AttributeError) as exc:
+        return f"its module cannot be found ({exc})"
+    origin = getattr(spec, "origin", None) if spec is not None else None
+    if origin is None or not str(origin).endswith(".py"):
+        return f"{module} is not a module of Python source" if spec else f"no module {module}"
+    try:
+        tree = ast.parse(Path(origin).read_bytes(), filename=origin)
+    except (OSError, SyntaxError, ValueError) as exc:
+        return f"{origin} cannot be read ({exc})"
+    names = {n.name for n in tree.body if isinstance(n, ast.ClassDef)} | {
+        (alias.asname or alias.name).split(".")[0]
+        for n in tree.body
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for alias in n.names
+    }
+    return None if name in names else f"{module} defines or imports no class {name}"
 
 
 def import_target(target: str) -> Callable[..., Any]:

@@ -31,14 +31,33 @@ from foldexp.train.distributed import DistContext
 
 T = TypeVar("T")
 
-__all__ = ["export_submitit_env", "launched_world_size", "setup", "spawn", "teardown"]
+__all__ = ["env_count", "export_submitit_env", "launched_world_size", "setup", "spawn", "teardown"]
 
 log = logging.getLogger("foldexp.train")
 
 
+def env_count(name: str, default: int, low: int = 1) -> int:
+    """The whole number the environment variable ``name`` holds (``default`` when unset), at
+    least ``low``; anything else is a ``ValueError`` naming the variable (``WORLD_SIZE=abc`` had
+    been "invalid literal for int()", ``WORLD_SIZE=0`` a traceback)."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = None
+    if value is None or value < low or len(text) > 12:
+        raise ValueError(
+            f"the environment variable {name}={text[:40]!r}; expected a whole number >= {low} "
+            "(torchrun and the launchers set it: unset it to run one process)"
+        )
+    return value
+
+
 def launched_world_size() -> int:
     """``WORLD_SIZE`` set by torchrun, ``spawn`` or ``export_submitit_env``; 1 when unset."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return env_count("WORLD_SIZE", 1)
 
 
 def export_submitit_env() -> bool:
@@ -62,8 +81,10 @@ def setup(device: torch.device) -> tuple[DistContext, torch.device]:
 
     ``device`` is the configured one; on CUDA each local rank takes ``cuda:LOCAL_RANK``.
     """
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world = env_count("WORLD_SIZE", 1)
+    rank, local_rank = env_count("RANK", 0, low=0), env_count("LOCAL_RANK", 0, low=0)
+    if rank >= world:
+        raise ValueError(f"the environment variable RANK={rank}; expected < WORLD_SIZE={world}")
     if device.type == "cuda":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)

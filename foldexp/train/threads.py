@@ -20,7 +20,6 @@ The count goes into the run's resolved config (``device.threads``, which checkpo
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -79,7 +78,9 @@ def sweep_jobs() -> int:
 
 def _local_processes(ctx: dd.DistContext) -> int:
     """Processes of this command on this machine: its DDP ranks here times its sweep jobs."""
-    return int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size)) * sweep_jobs()
+    from foldexp.train.launch import env_count
+
+    return env_count("LOCAL_WORLD_SIZE", ctx.world_size) * sweep_jobs()
 
 
 def _run_count(out_dir: Path) -> int | None:
