@@ -148,13 +148,14 @@ class Refused(Exception):
     """An op the tape cannot capture; the message says why."""
 
 
-def capture_key(op: Op, params: list[torch.Tensor], mode: str) -> tuple:
+def capture_key(op: Op, params: list[torch.Tensor], mode: str, device: torch.device) -> tuple:
     """What a capture of ``op`` depends on besides its row count, read once per sweep: the mode,
-    which parameters want gradients, and train/eval of every module in it. (Argument dtypes and
-    shapes are fixed by the op's types, the device by the model's.)"""
+    the device, each parameter's dtype, shape and whether it wants a gradient, and train/eval
+    of every module in it. (Argument dtypes and shapes are fixed by the op's types.)"""
     parts = getattr(op, "parts", None) or [op]
     training = tuple(m.training for o in parts for m in o._walk()[0])
-    return (mode, tuple(p.requires_grad for p in params), training)
+    layout = tuple((p.dtype, p.shape, p.requires_grad) for p in params)
+    return (mode, device, layout, training)
 
 
 def captured(

@@ -114,7 +114,7 @@ class _Sweep:
             device.type
         )
         self.tape = mode != "off" and not autocast
-        self.keys = [capture_key(op, ps, mode) for op, ps in zip(ops, self.op_all)]
+        self.keys = [capture_key(op, ps, mode, device) for op, ps in zip(ops, self.op_all)]
 
     def forward(self) -> list[torch.Tensor]:
         plan = self.plan

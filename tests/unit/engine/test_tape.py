@@ -238,6 +238,17 @@ def test_a_second_derivative_through_the_tape_is_refused_with_the_way_out(mode: 
         torch.autograd.grad(out, [lin.weight], create_graph=True)
 
 
+def test_a_model_changed_after_its_capture_is_captured_again(mode: None) -> None:
+    torch.manual_seed(11)
+    lin = nn.Linear(3, 2)
+    model = Compiler(fb.Map(fb.Vector(3) >> fb.Function(lin)) >> fb.Sum())
+    xs = [[[1.0, 2.0, 3.0]] * 2, [[0.0, 1.0, 0.0]]]
+    _same_step(model, xs)
+    lin.bias.requires_grad_(False)
+    _same_step(model, xs)
+    assert lin.bias.grad is None or not lin.bias.grad.abs().sum()
+
+
 def test_the_mode_is_checked_and_defaults_by_device(mode: None) -> None:
     with pytest.raises(ValueError, match="device.compile='fast'"):
         set_compile_mode("fast")
