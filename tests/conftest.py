@@ -22,6 +22,16 @@ def _seeded() -> None:
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _compile_mode_restored() -> Iterator[None]:
+    """``device.compile`` is a process-wide setting that a run sets: put back after each test."""
+    from foldexp.executor import capture
+
+    old = capture._mode
+    yield
+    capture.set_compile_mode(old)
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
