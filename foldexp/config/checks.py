@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import OmegaConfBaseException, ValidationError
 
 from foldexp import config as schemas
 from foldexp.config.errors import ConfigError, MissingFileError, unknown_key
@@ -194,6 +194,9 @@ def _check_interpolated(key: str, value: Any, spec: dataclasses.Field, root: Any
         return
     try:
         resolved = OmegaConf.select(root, key, throw_on_missing=True)
+    except ValidationError as exc:  # it resolves to a value of another type: one line
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"{key}={value}: {detail}") from None
     except (OmegaConfBaseException, ValueError):
         return  # it does not resolve here: reported where it is used
     if isinstance(resolved, (DictConfig, ListConfig)):

@@ -140,12 +140,15 @@ REQUIRED_GROUPS = ("dataset", "model", "optimizer", "trainer", "device", "paths"
 
 def removed_group(argv: list[str]) -> str | None:
     """The one-line error for a command-line argument that removes a required group
-    (``model=null``, ``~model``), naming its options; ``None`` when none does."""
+    (``model=null``, ``+model=null``, ``model=``, ``~model``, ``~model=NAME``), naming its
+    options; ``None`` when none does."""
     from foldexp.config import CONF_DIR
 
     for arg in argv:
-        group = arg[1:] if arg.startswith("~") else arg.removesuffix("=null")
-        if group in REQUIRED_GROUPS and arg in (f"~{group}", f"{group}=null"):
+        bare = arg.lstrip("+")  # +model=null, ++model=null
+        group = (bare[1:] if bare.startswith("~") else bare).split("=", 1)[0]
+        value = bare.split("=", 1)[1] if "=" in bare else None
+        if group in REQUIRED_GROUPS and (bare.startswith("~") or value in ("null", "")):
             names = sorted(p.stem for p in Path(CONF_DIR, group).glob("*.yaml"))
             return (
                 f"{arg}: a run needs a {group}; choose one of its options with {group}=NAME "

@@ -163,13 +163,16 @@ def undefined_class(target: str) -> str | None:
         tree = ast.parse(Path(origin).read_bytes(), filename=origin)
     except (OSError, SyntaxError, ValueError) as exc:
         return f"{origin} cannot be read ({exc})"
-    names = {n.name for n in tree.body if isinstance(n, ast.ClassDef)} | {
+    nodes = list(ast.walk(tree))  # (a class under ``if`` or ``try`` counts too)
+    names = {n.name for n in nodes if isinstance(n, ast.ClassDef)} | {
         (alias.asname or alias.name).split(".")[0]
-        for n in tree.body
+        for n in nodes
         if isinstance(n, (ast.Import, ast.ImportFrom))
         for alias in n.names
     }
-    return None if name in names else f"{module} defines or imports no class {name}"
+    if name in names or "*" in names:  # ``from .models import *``: it may come from there
+        return None
+    return f"{module} defines or imports no class {name}"
 
 
 def import_target(target: str) -> Callable[..., Any]:

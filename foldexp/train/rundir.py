@@ -173,13 +173,20 @@ def _refusal(out_dir: Path, resume: bool, overwrite: bool, locked: bool) -> str 
             "replaces it: choose one"
         )
     found = previous_run(out_dir)
+    lockless = not locked and not (out_dir / LOCK_NAME).exists()
+    if found and overwrite and lockless:  # an old run's, or someone's own files: not removed
+        return (
+            f"{out_dir} holds {', '.join(found)} but no {LOCK_NAME} (not a run folder of this "
+            "foldexp): trainer.overwrite=true removes only a run's files; give this run its own "
+            "folder (hydra.run.dir=…)"
+        )
     if found and not (resume or overwrite):
         return (
             f"{out_dir} already holds a run ({', '.join(found)}): continue it with "
             "trainer.resume=true, replace it with trainer.overwrite=true, or give this run its "
             "own folder (hydra.run.dir=…)"
         )
-    theirs = [] if found or locked or (out_dir / LOCK_NAME).exists() else _run_names(out_dir)
+    theirs = _run_names(out_dir) if lockless and not found else []
     if theirs:
         return (
             f"{out_dir} is not a foldexp run folder (no {LOCK_NAME}) but holds "

@@ -20,6 +20,13 @@ CASES = [
 ]
 
 
+def test_an_interpolation_of_another_type_is_one_line() -> None:
+    """Second pass: ``trainer.batch_size='${task_name}'`` was OmegaConf's four lines."""
+    with pytest.raises(ConfigError) as err:
+        compose_config(["trainer.batch_size=${task_name}"])
+    assert len(str(err.value).splitlines()) == 1 and "trainer.batch_size=" in str(err.value)
+
+
 @pytest.mark.parametrize(("overrides", "named"), CASES)
 def test_interpolated_value_out_of_range_is_refused_when_composed(
     overrides: list[str], named: str

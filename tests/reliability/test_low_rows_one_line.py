@@ -35,12 +35,12 @@ def _train(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 @pytest.mark.parametrize(
     "override", ["model=null", "dataset=null", "optimizer=null", "device=null", "~model",
-                 "~dataset", "~optimizer"],
+                 "~dataset", "~optimizer", "model=", "+model=null", "~model=tree_lstm"],
 )  # fmt: skip
 def test_a_required_group_set_to_nothing_is_one_line(
     override: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    group = override.strip("~").split("=")[0]
+    group = override.strip("~+").split("=")[0]
     err = _train([override], tmp_path, capsys)
     assert f"{override}:" in err and f"{group}=" in err, err  # names it, and what to give
 
@@ -112,3 +112,23 @@ def test_a_cgroup_file_that_is_no_quota_falls_back_with_a_warning(
         assert quota is None and "not a CPU quota" in caplog.text
     else:
         assert quota == 2.0 and not caplog.text
+
+
+def test_a_class_reached_by_a_star_import_or_under_an_if_is_still_a_class(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Second pass: the source check must not refuse a user's model class that its module
+    re-exports (``from .models import *``) or defines under ``if``/``try``."""
+    from foldexp.config.targets import undefined_class
+
+    package = tmp_path / "mine"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "star.py").write_text("from os.path import *\n")
+    (package / "nested.py").write_text(
+        "try:\n    class Model:\n        pass\nexcept E:\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert undefined_class("mine.star.Model") is None
+    assert undefined_class("mine.nested.Model") is None
+    assert "no class Other" in str(undefined_class("mine.nested.Other"))

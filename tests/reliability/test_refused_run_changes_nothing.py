@@ -144,3 +144,18 @@ def test_an_old_run_without_a_lock_file_is_still_a_run(
     code, err = _train([*tiny, f"hydra.run.dir={old}"], capsys)
     assert code == 2 and "already holds a run" in err, err
     assert _state(old) == before
+
+
+def test_overwrite_removes_nothing_from_a_folder_without_a_lock(
+    tiny: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Second pass: ``trainer.overwrite=true`` into someone's folder holding a results.json (no
+    lock file: not a run of this foldexp) had removed their files."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "results.json").write_text('{"mine": 1}\n')
+    (theirs / "metrics.csv").write_text("my,own\n")
+    before = _state(theirs)
+    code, err = _train([*tiny, "trainer.overwrite=true", f"hydra.run.dir={theirs}"], capsys)
+    assert code == 2 and "no .foldexp.lock" in err, err
+    assert _state(theirs) == before
