@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -85,12 +84,21 @@ def _hydra_app(name: str, module: str) -> object:
 
         from foldexp.config.hydra_errors import (
             composing,
+            hydra_message,
             launcher_error,
             launcher_missing,
             removed_group,
             still_composing,
         )
 
+        if name == "train":  # --resume RUN_DIR: the run's own overrides (train/resume_command.py)
+            from foldexp.train.resume_command import expand_resume
+
+            try:
+                argv = expand_resume(argv)
+            except ValueError as exc:
+                print(f"foldexp {name}: error: {exc}", file=sys.stderr)
+                return 2
         removed = removed_group(argv) if name == "train" else None
         if removed is not None:  # before Hydra, whose own error is a traceback
             print(f"foldexp {name}: error: {removed}", file=sys.stderr)
@@ -109,7 +117,7 @@ def _hydra_app(name: str, module: str) -> object:
                 except (HydraException, OmegaConfBaseException) as exc:
                     if not still_composing() or os.environ.get("FOLDEXP_TRACEBACK"):
                         raise  # the run's own error, or a user who asked for tracebacks
-                    print(f"foldexp {name}: error: {_hydra_message(exc)}", file=sys.stderr)
+                    print(f"foldexp {name}: error: {hydra_message(exc)}", file=sys.stderr)
                     return 2
                 except RuntimeError as exc:  # a launcher that cannot start here
                     message = launcher_error(exc)
@@ -131,68 +139,6 @@ def _hydra_app(name: str, module: str) -> object:
         return 0
 
     return run
-
-
-def _misspelt_key(exc: BaseException) -> str | None:
-    """``config.errors.unknown_key``'s line for an override of a key its section lacks: OmegaConf's
-    cause carries the section (``parent_node``) and the key's full name."""
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
-
-    from foldexp.config.errors import unknown_key
-
-    cause = exc.__cause__
-    if not str(exc).startswith("Could not override") or not isinstance(
-        cause, (ConfigAttributeError, ConfigKeyError)
-    ):
-        return None
-    parent, key = getattr(cause, "parent_node", None), getattr(cause, "full_key", None)
-    if parent is None or not key:
-        return None
-    owner = key.rsplit(".", 1)[0] if "." in key else "the config"
-    kind = getattr(cause, "object_type", None)
-    if isinstance(kind, type):
-        owner += f" ({kind.__name__})"
-    keys = [str(k) for k in parent.keys() if k != "hydra"]  # Hydra's own node: not a typo's
-    return unknown_key(str(key), owner, keys)
-
-
-def _hydra_message(exc: BaseException) -> str:
-    """Hydra's error and its cause (OmegaConf's, naming the value and the type it needed),
-    without OmegaConf's lines about its own classes. A misspelt key (``trainer.epoch=3``) is
-    told in one line with the closest keys, not with Hydra's advice to add it with ``+``."""
-    from foldexp.config.hydra_errors import not_an_integer
-
-    integer = not_an_integer(exc)
-    if integer is not None:
-        return integer
-    misspelt = _misspelt_key(exc)
-    if misspelt is not None:
-        return misspelt
-    lines = str(exc).splitlines()
-    cause = exc.__cause__
-    if cause is not None and str(cause) and str(cause) not in str(exc):
-        first, *more = str(cause).splitlines()
-        lines = [f"{lines[0].rstrip('.')}: {first}" if lines else first, *lines[1:], *more]
-    internal = ("full_key:", "reference_type=", "object_type=", "Config search path:",
-                "provider=")  # fmt: skip
-    lines = [ln for ln in lines if not ln.strip().startswith(internal)]
-    missing = re.search(r"Could not load '([^'/]+)/([^']+)'", lines[0] if lines else "")
-    if missing:  # an option of a list (logger=[csv,nosuch]): Hydra lists no options then
-        from foldexp.config import CONF_DIR
-
-        group = missing.group(1)
-        options = sorted(p.stem for p in Path(CONF_DIR, group).glob("*.yaml"))
-        if options:
-            lines = [f"{lines[0]} The options of {group} are: {', '.join(options)}"]
-    preset = re.match(r"In 'experiment/([^']+)': ConfigKeyError", lines[0] if lines else "")
-    if preset:  # dataset=sst under the default experiment: its dataset.n is not sst's
-        name = preset.group(1)
-        return (
-            f"{' '.join(ln.strip() for ln in lines)}. experiment={name} sets that key for its own "
-            "dataset and model; with another dataset= or model=, choose an experiment made for "
-            "it (foldexp train --help lists them) or none: ~experiment"
-        )
-    return "\n".join(lines).strip()
 
 
 def _report(argv: list[str]) -> int:

@@ -30,6 +30,8 @@ __all__ = [
     "still_composing",
     "check_command_line",
     "not_an_integer",
+    "hydra_message",
+    "misspelt_key",
     "launcher_error",
     "launcher_missing",
 ]
@@ -155,3 +157,63 @@ def removed_group(argv: list[str]) -> str | None:
                 f"({', '.join(names)})"
             )
     return None
+
+
+def misspelt_key(exc: BaseException) -> str | None:
+    """``config.errors.unknown_key``'s line for an override of a key its section lacks: OmegaConf's
+    cause carries the section (``parent_node``) and the key's full name."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    from foldexp.config.errors import unknown_key
+
+    cause = exc.__cause__
+    if not str(exc).startswith("Could not override") or not isinstance(
+        cause, (ConfigAttributeError, ConfigKeyError)
+    ):
+        return None
+    parent, key = getattr(cause, "parent_node", None), getattr(cause, "full_key", None)
+    if parent is None or not key:
+        return None
+    owner = key.rsplit(".", 1)[0] if "." in key else "the config"
+    kind = getattr(cause, "object_type", None)
+    if isinstance(kind, type):
+        owner += f" ({kind.__name__})"
+    keys = [str(k) for k in parent.keys() if k != "hydra"]  # Hydra's own node: not a typo's
+    return unknown_key(str(key), owner, keys)
+
+
+def hydra_message(exc: BaseException) -> str:
+    """Hydra's error and its cause (OmegaConf's, naming the value and the type it needed),
+    without OmegaConf's lines about its own classes. A misspelt key (``trainer.epoch=3``) is
+    told in one line with the closest keys, not with Hydra's advice to add it with ``+``."""
+    integer = not_an_integer(exc)
+    if integer is not None:
+        return integer
+    misspelt = misspelt_key(exc)
+    if misspelt is not None:
+        return misspelt
+    lines = str(exc).splitlines()
+    cause = exc.__cause__
+    if cause is not None and str(cause) and str(cause) not in str(exc):
+        first, *more = str(cause).splitlines()
+        lines = [f"{lines[0].rstrip('.')}: {first}" if lines else first, *lines[1:], *more]
+    internal = ("full_key:", "reference_type=", "object_type=", "Config search path:",
+                "provider=")  # fmt: skip
+    lines = [ln for ln in lines if not ln.strip().startswith(internal)]
+    missing = re.search(r"Could not load '([^'/]+)/([^']+)'", lines[0] if lines else "")
+    if missing:  # an option of a list (logger=[csv,nosuch]): Hydra lists no options then
+        from foldexp.config import CONF_DIR  # the package above: not at import time
+
+        group = missing.group(1)
+        options = sorted(p.stem for p in Path(CONF_DIR, group).glob("*.yaml"))
+        if options:
+            lines = [f"{lines[0]} The options of {group} are: {', '.join(options)}"]
+    preset = re.match(r"In 'experiment/([^']+)': ConfigKeyError", lines[0] if lines else "")
+    if preset:  # dataset=sst under the default experiment: its dataset.n is not sst's
+        name = preset.group(1)
+        return (
+            f"{' '.join(ln.strip() for ln in lines)}. experiment={name} sets that key for its own "
+            "dataset and model; with another dataset= or model=, choose an experiment made for "
+            "it (foldexp train --help lists them) or none: ~experiment"
+        )
+    return "\n".join(lines).strip()
