@@ -64,7 +64,12 @@ def _setup(name: str, params: dict, trees: list, labels: list[int]) -> tuple:
     configure_kernels(
         params.get("onednn"), params.get("fused_cells"), params.get("flush_denormal", True)
     )
+    from foldexp.executor import compile_mode, set_compile_mode
+
+    set_compile_mode(params.get("compile"))  # None: the device's default, as foldexp train
     step, meta = peer_torch.setup(name, params, trees, labels)
+    if name.startswith("engine"):  # the route its training step takes, in the row's note
+        meta = {**meta, "version": f"{meta.get('version', '')} (device.compile={compile_mode()})"}
     wait = ",".join(
         f"{v}={os.environ[v]}" for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if v in os.environ
     )

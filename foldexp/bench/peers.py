@@ -147,6 +147,7 @@ class _PeerRounds:
             "keep_memory": bool(getattr(device, "keep_memory", True)),
             "onednn": getattr(device, "onednn", None),
             "fused_cells": getattr(device, "fused_cells", None),
+            "compile": _mode_name(getattr(device, "compile", None)),
             "flush_denormal": bool(getattr(device, "flush_denormal", True)),
         }
         if name in PEER_MODULES:
@@ -250,3 +251,8 @@ def _step_seconds(peer: PeerProcess, reply: dict[str, Any] | None, turn: int) ->
 def _note_row(base: Record, name: str, note: str) -> Record:
     """A row without a measurement, so the table can say why a peer is missing."""
     return {**base, "column": name, "repeat": -1, "seconds": float("nan"), "note": note}
+
+
+def _mode_name(mode: object) -> str | None:
+    """``device.compile`` as its plain name (the schema keeps an enum member) for a worker."""
+    return None if mode is None else str(getattr(mode, "value", mode))

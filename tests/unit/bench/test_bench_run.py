@@ -108,6 +108,30 @@ def test_peers_and_dynet_tasks_run_side_by_side(tmp_path: Path, toy_bench: list[
     assert "### Peers" in md and "### DyNet paper tasks" in md and "91.6" in md
 
 
+def test_the_peers_run_on_the_tape_when_asked(tmp_path: Path, toy_bench: list[str]) -> None:
+    """``device.compile`` reaches the peers' worker processes: foldexp's cells and a user's on
+    the tape, the same loss as level-by-level batching."""
+    overrides = [
+        *toy_bench,
+        "bench.experiments=[peers]",
+        "bench.peers.implementations=[engine,engine_plain,level]",
+        "bench.peers.trees=4",
+        "bench.peers.leaves=4",
+        "bench.peers.hidden=4",
+        "bench.peers.embed=4",
+        "bench.peers.repeats=2",
+        "bench.peers.timeout_s=120",
+        "bench.plots=false",
+        "device.compile=graphs",
+    ]
+    df = run_bench(compose_config(overrides, output_dir=tmp_path))
+    losses = df.groupby("column")["loss"].first()
+    assert set(losses.index) == {"engine", "engine_plain", "level"}
+    assert losses.max() - losses.min() < 1e-5 * abs(losses.mean())
+    notes = df.groupby("column")["note"].first()
+    assert all("device.compile=graphs" in notes[c] for c in ("engine", "engine_plain"))
+
+
 def test_a_broken_peer_is_reported_not_raised(tmp_path: Path) -> None:
     trees = tmp_path / "t.json"
     trees.write_text(json.dumps({"trees": [[[1], [2]]], "labels": [0]}))
