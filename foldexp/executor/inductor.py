@@ -86,7 +86,13 @@ def compile_graph(gm: torch.fx.GraphModule, example: list[Any], backward: bool) 
     log.info("Inductor compiled a %s graph of %d nodes in %.1f s", "backward" if backward
              else "forward", len(gm.graph.nodes), time.perf_counter() - start)  # fmt: skip
 
+    call = [compiled]
+
     def run(*args: Any) -> Any:
-        return compiled(list(args))
+        out = call[0](list(args))
+        # After its first call (where Inductor finishes its bookkeeping, autotuning's cache
+        # among it) the compiled code itself, without the wrapper's per-call context managers.
+        call[0] = getattr(compiled, "current_callable", None) or compiled
+        return out
 
     return run
