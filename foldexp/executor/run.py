@@ -101,10 +101,10 @@ class _Sweep:
     ) -> None:
         self.plan, self.ops, self.device = plan, ops, device
         self.pos = {id(p): i for i, p in enumerate(params)}
-        self.op_params = [
-            [(self.pos[id(p)], p) for p in op.parameters() if id(p) in self.pos] for op in ops
-        ]
         self.op_all = [op.parameters() for op in ops]  # what a capture takes, frozen ones too
+        self.op_params = [
+            [(self.pos[id(p)], p) for p in ps if id(p) in self.pos] for ps in self.op_all
+        ]
         self.n_params = len(params)
         self.weight_grads = WeightGradients(params)
         mode = self.mode = compile_mode(device.type)
