@@ -165,7 +165,9 @@ class MoleculeDataConfig:
     name: str = "molecules_csv"  # shown in results
     path: str = a_path(MISSING)  # the CSV or CSV.gz file (comma, tab or semicolon separated; UTF-8)
     smiles_column: str = "smiles"  # the column holding SMILES
-    targets: list[str] = MISSING  # [T1, T2, ...]: one column per target; empty, nan or NA = missing
+    # [T1, T2, ...]: one column per target; empty, nan or NA = missing; unset: the numeric
+    # columns but SMILES, split and ID-like ones (experiments/molecule_targets.py), logged
+    targets: list[str] = MISSING
     # auto (classification when every label is 0 or 1, else regression; the choice is logged) |
     # regression (RMSE, MAE) | classification (0/1 labels; ROC AUC, PRC AUC)
     task: MoleculeTask = MoleculeTask.auto

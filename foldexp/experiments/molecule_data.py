@@ -44,6 +44,7 @@ from foldexp.data.molecules import FETCHABLE, load_molecule_csv, not_found
 from foldexp.data.splits import column_split, random_split, scaffold_split, take
 from foldexp.experiments.csv_columns import missing_columns
 from foldexp.experiments.datasets import DataBundle
+from foldexp.experiments.molecule_targets import default_targets
 
 __all__ = ["molecules_csv", "molecule_inputs"]
 
@@ -297,6 +298,7 @@ def molecules_csv(
     """
     task, on_invalid, split = enum_value(task), enum_value(on_invalid), enum_value(split)
     fractions = tuple(float(f) for f in fractions)
+    targets = default_targets(path, targets, smiles_column, split_column, trained)  # if unset
     _check_keys(path, targets, task, on_invalid, split, split_column, fractions)
     targets = [str(t) for t in targets]
     _check_units_and_balance(targets, task, units, balance)

@@ -28,9 +28,9 @@ CLAIM_FILES = {".foldexp.lock", ".hydra", "app.log", "train.log"}
 @contextlib.contextmanager
 def no_folder_if_refused(out_dir: Path) -> Iterator[None]:
     """Removes ``out_dir`` when the block ends with a user's error (``SystemExit(2)``, or an
-    error of Hydra's or OmegaConf's, which ``foldexp train`` reports with status 2) and the
-    folder was new on entry (empty, or only the ``.hydra/`` Hydra writes for ``foldexp bench``)
-    and holds only ``CLAIM_FILES`` on exit."""
+    error of Hydra's or of its config library, which ``foldexp train`` reports with status 2)
+    and the folder was new on entry (empty, or only the ``.hydra/`` Hydra writes for ``foldexp
+    bench``) and holds only ``CLAIM_FILES`` on exit."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
