@@ -7,6 +7,7 @@ so an unknown key, a wrong type or a value outside an enum fails when Hydra comp
 from __future__ import annotations
 
 import os
+import re
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -76,8 +77,16 @@ def register_configs() -> None:
     # ${env:NAME,DEFAULT}: the variable, or DEFAULT when it is unset or empty (XDG_CACHE_HOME=
     # means the default, as the XDG spec says; oc.env took "" as a path: the filesystem's root)
     OmegaConf.register_new_resolver("env", _env_or_default, replace=True)
+    # ${stem:PATH}: a file's name without folder and extensions (tox21.csv.gz -> tox21), as a
+    # folder name: a molecule CSV's runs go under outputs/<its stem>/ (experiment/molecules_csv)
+    OmegaConf.register_new_resolver("stem", _stem, replace=True)
     _registered = True
 
 
 def _env_or_default(name: str, default: str | None = None) -> str | None:
     return os.environ.get(name) or default
+
+
+def _stem(path: object) -> str:
+    name = os.path.basename(str(path).rstrip("/\\")).split(".")[0]
+    return re.sub(r"[^\w.-]+", "_", name).strip("._") or "run"

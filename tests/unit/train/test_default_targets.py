@@ -63,3 +63,10 @@ def test_a_file_without_numbers_is_refused_naming_its_columns(tmp_path: Path) ->
 )  # fmt: skip
 def test_id_like_names(name: str, is_id: bool) -> None:
     assert id_like(name) is is_id
+
+
+def test_a_molecule_run_is_filed_under_its_files_stem(tmp_path: Path) -> None:
+    """Its output folder was molecules_csv/ for every file."""
+    args = ["experiment=molecules_csv", f"dataset.path={tmp_path}/Tox 21.csv.gz"]
+    assert compose_config(args).task_name == "Tox_21"
+    assert compose_config(["experiment=molecules_csv"]).task_name == "molecules_csv"  # no file
