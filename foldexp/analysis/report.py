@@ -92,7 +92,9 @@ def _title(df: pd.DataFrame, metric: str, dirs: Sequence[str | Path]) -> str:
     folders = ", ".join(Path(d).resolve().name for d in dirs)
     if "experiment" in df.columns:
         folders += " · " + ", ".join(sorted({str(e) for e in df["experiment"].dropna()}))
-    return textwrap.shorten(f"{folders}: {metric}, {len(df)} runs", 110, placeholder=" …")
+    plotted = int(df[metric].notna().sum())  # a run without the metric is in no bar
+    runs = f"{plotted} runs" + (f" of {len(df)}" if plotted < len(df) else "")
+    return textwrap.shorten(f"{folders}: {metric}, {runs}", 110, placeholder=" …")
 
 
 #: metric names (a part of them, between underscores) for which smaller is better

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,7 @@ def plot_table1(df: pd.DataFrame, mode: str, out_dir: Path) -> list[Path]:
         if col == "cost_ratio":
             ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xlabel("batch size (trees)")
-        ax.set_title(title)
+        ax.set_title(textwrap.fill(title, 44))  # two panels side by side: the title wraps
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()  # fmt: skip
     paths.append(_save(fig, out_dir / f"table1_{mode}_ratios.png"))

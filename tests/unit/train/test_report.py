@@ -146,3 +146,23 @@ def test_a_trained_run_says_its_selection_for_the_report(tiny: list[str], tmp_pa
     results = run_train(compose_config(overrides, tmp_path / "run"))
     assert (results["select_metric"], results["select_mode"]) == ("dev_loss", "min")
     assert list(run_report([tmp_path])["test_loss"]) == [results["test_loss"]]
+
+
+def test_the_plot_title_counts_the_runs_it_plots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import matplotlib.figure
+
+    _scored(tmp_path, "a", seed=1, test_rmse=0.5)
+    _scored(tmp_path, "b", seed=2, test_rmse=0.7)
+    _scored(tmp_path, "c", seed=3, test_mae=0.1)  # no test_rmse: in no bar
+    titles: list[str] = []
+    savefig = matplotlib.figure.Figure.savefig
+
+    def keep(fig, target, **kw):  # type: ignore[no-untyped-def]
+        titles.extend(ax.get_title() for ax in fig.axes)
+        return savefig(fig, target, **kw)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    run_report([tmp_path], metric="test_rmse")
+    assert titles == [f"{tmp_path.name}: test_rmse, 2 runs of 3"]  # it said 3 runs
