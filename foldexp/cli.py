@@ -104,6 +104,9 @@ def _hydra_app(name: str, module: str) -> object:
             print(f"foldexp {name}: error: {removed}", file=sys.stderr)
             return 2
         app = importlib.import_module(module)
+        if name == "train" and {"--help", "-h"} & set(argv):  # foldexp's own, no *_schema
+            print(app.help_text())
+            return 0
         refused = launcher_missing(argv)  # before Hydra writes the sweep folder's multirun.yaml
         if refused:
             print(f"foldexp {name}: error: {refused}", file=sys.stderr)

@@ -30,6 +30,7 @@ __all__ = [
     "hydra_record",
     "interrupted_message",
     "compose_dataset_config",
+    "help_text",
     "out_of_memory",
     "report_errors",
     "user_errors",
@@ -143,6 +144,36 @@ def hydra_record(cfg: DictConfig) -> dict[str, str]:
         "hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})),
         "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task),
     }
+
+
+#: the groups ``foldexp train --help`` lists, as ``train.yaml``'s defaults list has them
+HELP_GROUPS = ("experiment", "dataset", "model", "optimizer", "trainer", "device", "logger",
+               "debug", "hparams_search", "paths", "hydra/launcher")  # fmt: skip
+
+
+def help_text() -> str:
+    """``foldexp train --help``: foldexp's own header and the options of each group, as files
+    (the schemas a group's files start from, ``*_schema``, are no options of their own)."""
+    groups = []
+    for group in HELP_GROUPS:
+        options = sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
+        if group == "hydra/launcher":  # the plugins' own, where installed
+            options = sorted({*options, "joblib", "submitit_local", "submitit_slurm"})
+        groups.append(f"  {group}: {', '.join(options)}")
+    return "\n".join([
+        "foldexp train: trains a model (a Hydra app over plain run_train(cfg)).",
+        "",
+        "usage: foldexp train [experiment=NAME] [GROUP=OPTION ...] [KEY=VALUE ...]",
+        "       foldexp train -m KEY=V1,V2 ...      a sweep: a run folder per job",
+        "       foldexp train --resume RUN_DIR      a run goes on from its folder",
+        "",
+        "groups (GROUP=OPTION; foldexp/conf/GROUP/OPTION.yaml):",
+        *groups,
+        "",
+        "Every key with its default: foldexp train [overrides] --cfg job. Each key's range and",
+        "comment: foldexp/config/ (a typo or a value out of range fails naming the key).",
+        "Hydra's own flags: --cfg job|hydra|all, --info, --hydra-help.",
+    ])  # fmt: skip
 
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
