@@ -144,6 +144,8 @@ def _overrides(args: list[str]) -> list[str]:
             multirun = True
         elif arg in ("--cfg", "-c", "--package", "-p"):
             next(rest, None)  # prints the config; its argument is not an override
+        elif arg == "--resume":
+            next(rest, None)  # a run folder: its overrides are the run's own
         elif arg.startswith("-"):
             raise AssertionError(f"{_as_written(args)}: unknown flag {arg}")
         else:
