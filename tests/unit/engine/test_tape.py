@@ -211,6 +211,8 @@ def test_a_loop_of_computed_length_runs_per_group(mode: None) -> None:
     loop = fb.While(fb.Function(lambda x: x.sum(1) < 1.0), step, max_iterations=5)
     model = Compiler(fb.Vector(2) >> loop)
     _same_step(model, [[0.1, 0.2], [2.0, 3.0], [-1.0, 0.5]])
+    reasons = [capture.refusal(op) for op in model.ops]
+    assert any("loop of computed length" in (r or "") for r in reasons), reasons
 
 
 def test_autocast_steps_run_per_group_and_stay_right(mode: None) -> None:
