@@ -33,6 +33,7 @@ from foldexp.data.errors import FormatError, MoleculeError
 from foldexp.data.textfile import read_text
 
 __all__ = [
+    "class_of",
     "MAX_ATOMS",
     "MAX_SMILES_CHARS",
     "MISSING",
@@ -150,6 +151,23 @@ def _target_value(path: Path, line: int, row: int, name: str, text: str) -> floa
     return value
 
 
+def class_of(name: str, header: Sequence[str]) -> tuple[str, str | None]:
+    """``(column, class)`` of a target name: ``(name, None)`` for a column of numbers; for
+    ``COLUMN=CLASS`` (a column of class names as one 0/1 target per class, ``experiments/
+    molecule_targets.py``) where ``name`` is no column but ``COLUMN`` is, ``(COLUMN, CLASS)``."""
+    if name in header:
+        return name, None
+    for k, char in enumerate(name):
+        if char == "=" and name[:k] in header:
+            return name[:k], name[k + 1 :]
+    return name, None
+
+
+def _class_value(text: str, label: str) -> float | None:
+    """1 where the row's class is ``label``, 0 for another class, ``None`` where missing."""
+    return None if text.lower() in MISSING else float(text == label)
+
+
 def read_molecule_rows(
     path: Path,
     smiles_column: str,
@@ -160,7 +178,12 @@ def read_molecule_rows(
     ``max_smiles_chars``: their SMILES is empty, their targets missing) from a CSV; errors name
     file, row and column."""
     header, records = _records(path, max_smiles_chars)
-    s_col, *t_cols = _column_indices(path, header, (smiles_column, *target_columns))
+    columns, classes = zip(*(class_of(name, header) for name in target_columns), strict=True)
+    # a column of classes gives several targets (read once); any other column is asked once
+    classed = list(dict.fromkeys(c for c, label in zip(columns, classes) if label is not None))
+    asked = [c for c, label in zip(columns, classes) if label is None] + classed
+    _column_indices(path, header, (smiles_column, *asked))
+    s_col, t_cols = header.index(smiles_column), [header.index(c) for c in columns]
     rows, smiles, values, mask = [], [], [], []
     too_long: set[int] = set()
     for row_number, line, record in records:
@@ -179,7 +202,9 @@ def read_molecule_rows(
         smiles.append(record[s_col].strip())
         parsed = [
             _target_value(path, line, row_number, name, record[col].strip())
-            for name, col in zip(target_columns, t_cols, strict=True)
+            if label is None
+            else _class_value(record[col].strip(), label)
+            for name, col, label in zip(target_columns, t_cols, classes, strict=True)
         ]
         values.append([0.0 if v is None else v for v in parsed])
         mask.append([v is not None for v in parsed])

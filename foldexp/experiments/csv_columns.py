@@ -19,6 +19,7 @@ from pathlib import Path
 
 from foldexp.config.errors import ConfigError
 from foldexp.data.delimiters import sniff_text_delimiter
+from foldexp.data.molecule_csv import class_of
 from foldexp.data.textfile import read_text
 
 __all__ = ["csv_header", "missing_columns"]
@@ -51,7 +52,7 @@ def missing_columns(
     names = ", ".join(repr(name) for name in header)
     for key, wanted in keys.items():
         columns = [wanted] if isinstance(wanted, str) else list(wanted)
-        absent = [c for c in columns if c not in header]
+        absent = [c for c in columns if class_of(c, header)[0] not in header]  # COLUMN=CLASS
         if not absent:
             continue
         if isinstance(wanted, str):

@@ -132,7 +132,7 @@ def test_a_label_out_of_range_names_the_zip_and_member(tmp_path: Path, capsys) -
     where = re.escape(f"{archive}/trees/train.txt:2:2")
     with pytest.raises(TreeParseError, match=rf"^{where}: expected a label in 0\.\.4, got 7$"):
         fetch.import_dataset("sst", archive, tmp_path / "data")
-    assert main(["--data-dir", str(tmp_path / "data"), "import", "sst", str(archive)]) == 1
+    assert main(["--data-dir", str(tmp_path / "data"), "import", "sst", str(archive)]) == 2
     err = capsys.readouterr().err
     assert f"foldexp data import: error: {archive}/trees/train.txt:2:2" in err
     assert "import-sst" not in err  # never the staging folder
@@ -170,7 +170,7 @@ def test_the_cli_reports_an_os_error_as_a_message(tmp_path: Path, monkeypatch, c
 
     monkeypatch.setattr(fetch, "import_dataset", denied)
     monkeypatch.setattr("foldexp.data.commands.import_dataset", denied)
-    assert main(["--data-dir", str(tmp_path), "import", "sst", str(tmp_path)]) == 1
+    assert main(["--data-dir", str(tmp_path), "import", "sst", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "foldexp data import: error: [Errno 13] Permission denied" in err
     assert str(tmp_path / "mine" / "train.txt") in err
