@@ -127,8 +127,7 @@ class Captured:
     n_saved: int
     n_sizes: int
     grad_outputs: list[bool]
-    placeholders: list[Any]
-    shape_env: Any
+    guards: Any  # the trace's guards on the row count, compiled; None: none
     n_params: int = 0
     rows_ok: dict[int, bool] = field(default_factory=dict)
     checked: bool = False
@@ -137,9 +136,7 @@ class Captured:
         """Whether the graphs hold for ``rows`` rows (the trace's guards, checked once a count)."""
         ok = self.rows_ok.get(rows)
         if ok is None:
-            ok = self.shape_env is None or bool(
-                self.shape_env.evaluate_guards_for_args(self.placeholders, [*params, *args])
-            )
+            ok = self.guards is None or bool(self.guards([*params, *args]))
             self.rows_ok[rows] = ok
         return ok
 

@@ -20,7 +20,12 @@ from functorch.compile import make_boxed_func, min_cut_rematerialization_partiti
 from torch._dynamo.source import ConstantSource
 from torch._functorch.aot_autograd import aot_function
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+from torch.fx.experimental.symbolic_shapes import (
+    SYMPY_INTERP,
+    DimDynamic,
+    ShapeEnv,
+    StatelessSymbolicContext,
+)
 
 from foldexp.executor.capture import Captured, Refused, compile_mode
 
@@ -73,15 +78,33 @@ def trace_graphs(
     if n_fw_outs != n_out + n_saved + n_sizes:
         raise Refused("it mutates an input or returns an alias of one")
     placeholders = [n.meta.get("val") for n in fw.graph.nodes if n.op == "placeholder"]
-    shape_env = next((v.fake_mode.shape_env for v in placeholders if hasattr(v, "fake_mode")), None)
     if bw is not None:
         _drop_detaches(bw)
     run_fw = kept.get("forward compiled") or direct_call(fw)
     run_bw = kept.get("backward compiled") or (direct_call(bw) if bw is not None else None)
     return Captured(
         run_fw, run_bw, n_out, n_saved, n_sizes, grad_outputs,
-        placeholders if dynamic else [], shape_env if dynamic else None,
+        _guards(placeholders) if dynamic else None,
     )  # fmt: skip
+
+
+def _guards(placeholders: list[Any]) -> Any:
+    """The trace's guards on its inputs' sizes as one compiled expression: a function of the
+    inputs that says whether they hold (``None``: there are none). Fixed sizes are left out:
+    the op's types and the capture's key hold them."""
+    shape_env = next((v.fake_mode.shape_env for v in placeholders if hasattr(v, "fake_mode")), None)
+    if shape_env is None:
+        return None
+    code = shape_env.produce_guards_expression(placeholders)
+    if not code:
+        return None
+    compiled = compile(code, "<foldexp capture guards>", "eval")
+
+    def hold(inputs: list[Any]) -> bool:
+        names = {f"t{i}": x for i, x in enumerate(inputs)}
+        return bool(eval(compiled, SYMPY_INTERP, {"L": names}))  # noqa: S307  (torch's code)
+
+    return hold
 
 
 def _device(inputs: list[Any]) -> str:
