@@ -80,8 +80,10 @@ def compile_graph(gm: torch.fx.GraphModule, example: list[Any], backward: bool) 
     start = time.perf_counter()
     # Its inputs are the tape's own: row blocks of its buffers and the op's parameters, laid
     # out as at the capture every time. Checking each one's sizes and strides at every call
-    # was a third of a small graph's call.
-    with config.patch(size_asserts=False):
+    # was a third of a small graph's call. Random numbers (dropout) come from torch's own
+    # generator, as the graphs run as they are draw them: Inductor's own stream is set up by
+    # passes over the joint graph, which the tape's separate graphs do not go through.
+    with config.patch(size_asserts=False, fallback_random=True):
         compiled = compile_fx_inner(gm, example, is_backward=backward)
     log.info("Inductor compiled a %s graph of %d nodes in %.1f s", "backward" if backward
              else "forward", len(gm.graph.nodes), time.perf_counter() - start)  # fmt: skip
