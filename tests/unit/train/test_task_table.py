@@ -145,7 +145,7 @@ def test_a_multi_target_run_logs_means_and_ends_with_the_table(
     assert "| task | labelled | positives | ROC-AUC | PRC-AUC |" in caplog.text
     run = tmp_path / "run"
     assert sorted(p.name for p in run.glob("*.png")) == [
-        "loss.png", "per_task.png", "prc_auc.png", "roc_auc.png"
+        "loss.png", "per_task.png", "prc_auc.png", "roc_auc.png", "test_pr.png", "test_roc.png"
     ]  # fmt: skip
     assert (run / "results.md").is_file() and (run / "per_task.csv").is_file()
 
