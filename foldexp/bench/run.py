@@ -26,6 +26,7 @@ from foldexp.bench.results import CSV_NAME, table1_summary, throughput_summary, 
 from foldexp.bench.schema import check_bench_config
 from foldexp.bench.timing import setup_env
 from foldexp.config import enum_value
+from foldexp.config.errors import ConfigError
 from foldexp.config.settings import ComposedConfig, DeviceSettings, config_yaml, settings
 from foldexp.data.cells import spreadsheet_frame
 from foldexp.executor import resolve_compile_mode, set_compile_mode
@@ -95,7 +96,10 @@ def run_bench(composed: ComposedConfig) -> pd.DataFrame:
     np.random.seed(seed)
     torch.manual_seed(seed)
     env = setup_env(enum_value(cfg.device.name), cfg.device.threads)
-    configure_kernels(cfg.device.onednn, cfg.device.fused_cells, cfg.device.flush_denormal)
+    try:
+        configure_kernels(cfg.device.onednn, cfg.device.fused_cells, cfg.device.flush_denormal)
+    except RuntimeError as err:  # device.fused_cells=true where the kernels cannot be built
+        raise ConfigError(str(err)) from None
     setting = enum_value(cfg.device.compile) if cfg.device.compile is not None else None
     set_compile_mode(resolve_compile_mode(setting, enum_value(cfg.device.name)))
     if cfg.device.keep_memory:

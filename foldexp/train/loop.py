@@ -175,9 +175,12 @@ def _configure_process(device_cfg: DeviceSettings) -> None:
     """oneDNN, fused cells, the allocator, as ``device.*`` asks; and until the run's thread
     count is chosen (``_set_threads``, once the model is built), one thread: what runs before
     (reading the data, building the model) then does not depend on the machine either."""
-    flushing = configure_kernels(
-        device_cfg.onednn, device_cfg.fused_cells, device_cfg.flush_denormal
-    )
+    try:
+        flushing = configure_kernels(
+            device_cfg.onednn, device_cfg.fused_cells, device_cfg.flush_denormal
+        )
+    except RuntimeError as err:  # device.fused_cells=true where the kernels cannot be built
+        raise ConfigError(str(err)) from None
     setting = enum_value(device_cfg.compile) if device_cfg.compile is not None else None
     chosen = set_compile_mode(resolve_compile_mode(setting, enum_value(device_cfg.name)))
     log.info("device.compile: %s", chosen)

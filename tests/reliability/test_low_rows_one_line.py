@@ -132,3 +132,15 @@ def test_a_class_reached_by_a_star_import_or_under_an_if_is_still_a_class(
     assert undefined_class("mine.star.Model") is None
     assert undefined_class("mine.nested.Model") is None
     assert "no class Other" in str(undefined_class("mine.nested.Other"))
+
+
+def test_fused_cells_required_where_they_cannot_build_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from foldexp.kernels import native
+
+    monkeypatch.setattr(native, "load_kernels", lambda: None)
+    monkeypatch.setattr(native, "build_failure", lambda: "no C++ compiler (g++, c++, clang++)")
+    err = _train(["device.fused_cells=true"], tmp_path, capsys)
+    assert "device.fused_cells=true" in err and "device.fused_cells=null" in err
+    assert "Traceback" not in err
