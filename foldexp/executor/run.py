@@ -19,6 +19,11 @@ whole depth loop inside one ``torch.autograd.Function``:
   ``WeightGradients``, which sums every group's rows in a few large products at the end
   (``kernels/deferred.py``).
 
+The tape. With ``device.compile`` on (``graphs``, ``inductor``; CUDA's default), a group whose op
+has a capture keeps no graph at all: it runs the op's captured forward and its record holds what
+the captured backward takes (``tape.py``, ``capture.py``); the backward calls that, so autograd's
+engine runs once for the whole step. Groups of ops the tape refuses take the route above.
+
 Dense layers. On CPUs where ``foldexp.kernels`` takes its oneDNN route, every op runs under
 ``routed_linears()``, so a user's plain ``nn.Linear`` takes that route as foldexp's own does.
 
