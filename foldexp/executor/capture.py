@@ -21,9 +21,9 @@ What a capture promises is checked, never assumed:
   once in the log with the reason.
 
 ``device.compile`` (``set_compile_mode``) chooses what runs the graphs: ``graphs`` runs the
-captured aten graphs as they are (no compiler: the captures cost seconds); ``inductor`` compiles them
-with PyTorch's Inductor (C++/OpenMP on the CPU, Triton on CUDA; ``inductor.py``); ``off`` keeps
-the per-group autograd route (``run.py``).
+captured aten graphs as they are (no compiler: the captures cost seconds); ``inductor``
+compiles them with PyTorch's Inductor (C++/OpenMP on the CPU, Triton on CUDA; ``inductor.py``);
+``off`` keeps the per-group autograd route (``run.py``).
 """
 
 from __future__ import annotations
