@@ -119,7 +119,12 @@ class _Sweep:
             device.type
         )
         self.tape = mode != "off" and not autocast
-        self.keys = [capture_key(op, ps, mode, device) for op, ps in zip(ops, self.op_all)]
+        # read only for the tape: the per-group route pays nothing for it
+        self.keys = (
+            [capture_key(op, ps, mode, device) for op, ps in zip(ops, self.op_all)]
+            if self.tape
+            else []
+        )
 
     def forward(self) -> list[torch.Tensor]:
         plan = self.plan
