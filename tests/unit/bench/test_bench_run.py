@@ -82,17 +82,23 @@ def test_redraw_throughput_plots_from_a_handmade_csv(tmp_path: Path) -> None:
     assert {p.name for p in redraw(tmp_path)} == {"peers.png", "dynet_tasks.png"}
 
 
+# the peers' workload shrunk to a few seconds
+TINY_PEERS = [
+    "bench.peers.trees=4",
+    "bench.peers.leaves=4",
+    "bench.peers.hidden=4",
+    "bench.peers.embed=4",
+    "bench.peers.repeats=2",
+    "bench.peers.timeout_s=120",
+]
+
+
 def test_peers_and_dynet_tasks_run_side_by_side(tmp_path: Path, toy_bench: list[str]) -> None:
     overrides = [
         *toy_bench,
         "bench.experiments=[peers,dynet_tasks]",
         "bench.peers.implementations=[engine,level]",
-        "bench.peers.trees=4",
-        "bench.peers.leaves=4",
-        "bench.peers.hidden=4",
-        "bench.peers.embed=4",
-        "bench.peers.repeats=2",
-        "bench.peers.timeout_s=120",
+        *TINY_PEERS,
         "bench.dynet_tasks.tasks=[treelstm]",
         "bench.dynet_tasks.sentences=2",
         "bench.dynet_tasks.treelstm_batch_sizes=[2]",
@@ -115,12 +121,7 @@ def test_the_peers_run_on_the_tape_when_asked(tmp_path: Path, toy_bench: list[st
         *toy_bench,
         "bench.experiments=[peers]",
         "bench.peers.implementations=[engine,engine_plain,level]",
-        "bench.peers.trees=4",
-        "bench.peers.leaves=4",
-        "bench.peers.hidden=4",
-        "bench.peers.embed=4",
-        "bench.peers.repeats=2",
-        "bench.peers.timeout_s=120",
+        *TINY_PEERS,
         "bench.plots=false",
         "device.compile=graphs",
     ]
