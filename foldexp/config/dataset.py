@@ -7,7 +7,7 @@ the SST builder, addition and multiplication of ``marked_sequences``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from omegaconf import MISSING
@@ -32,6 +32,7 @@ __all__ = [
     "MarkedProblem",
     "MarkedSequencesDataConfig",
     "MoleculeDataConfig",
+    "MoleculeFeatures",
     "MoleculeSplit",
     "MoleculeTask",
     "NodeLabels",
@@ -74,6 +75,14 @@ class MoleculeSplit(str, Enum):
     column = "column"
     kfold = "kfold"  # fold dataset.fold of dataset.folds is test (foldexp.data.folds)
     scaffold_kfold = "scaffold_kfold"  # the same, whole scaffold groups a fold
+
+
+class MoleculeFeatures(str, Enum):
+    """``dataset.features``: molecule-level feature sets (``foldexp.data.mol_features``)."""
+
+    rdkit2d = "rdkit2d"  # RDKit's 2D descriptors (Descriptors.descList: 217)
+    morgan = "morgan"  # Morgan count fingerprint, radius 2, 2048 bits (chemprop's morgan_count)
+    morgan_binary = "morgan_binary"  # the same bits as 0/1
 
 
 class MarkedProblem(str, Enum):
@@ -198,6 +207,11 @@ class MoleculeDataConfig:
     # [U1, U2, ...]: each target's units (log(mol/L), kcal/mol), on the RMSE and MAE axes and in
     # results.md (null: not known)
     units: list[str] | None = None
+    # [rdkit2d, morgan, morgan_binary]: molecule-level features joined to the readout, each
+    # standardised with the train split's mean and std (docs/MOLECULES.md); [] = none
+    features: list[MoleculeFeatures] = field(default_factory=list)
+    # [C1, C2, ...]: the CSV's own numeric columns as features too (predict's input needs them)
+    feature_columns: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -43,7 +43,7 @@ __all__ = ["CachedFeatures", "cache_path", "folder_fault", "read_cache", "write_
 
 log = logging.getLogger(__name__)
 
-_CACHE_FORMAT = 3  # 2: with a checksum; 3: with the features' full key
+_CACHE_FORMAT = 4  # 2: with a checksum; 3: with the features' full key; 4: molecule features
 _ARRAYS = (
     "smiles",
     "n_atoms",
@@ -54,6 +54,7 @@ _ARRAYS = (
     "rows",
     "invalid_rows",
     "invalid_smiles",
+    "features",  # (N, F) float32 molecule-level features (dataset.features); F = 0 without
 )
 
 
@@ -160,6 +161,7 @@ class CachedFeatures(NamedTuple):
     target_mask: np.ndarray
     rows: np.ndarray
     invalid: list[tuple[int, str]]
+    features: np.ndarray | None = None  # (N, F) float32, None when F = 0
 
 
 def cache_path(cache_dir: Path, csv_path: Path, key: str) -> Path:
@@ -177,9 +179,11 @@ def write_cache(
     rows: np.ndarray,
     invalid: list[tuple[int, str]],
     key: str = "",
+    features: np.ndarray | None = None,
 ) -> None:
     """Write featurised molecules atomically to ``path`` (``key``: their full cache key, which
-    ``read_cache`` must be given back); nothing in a folder that is not private (logged)."""
+    ``read_cache`` must be given back; ``features``: ``(N, F)`` molecule-level features, if
+    any); nothing in a folder that is not private (logged)."""
     if not _private_folder(path.parent):
         return
     n_atoms = np.array([a.shape[0] for a in atom_features], dtype=np.int64)
@@ -201,6 +205,11 @@ def write_cache(
         "rows": rows,
         "invalid_rows": np.array([r for r, _ in invalid], dtype=np.int64),
         "invalid_smiles": np.array([s for _, s in invalid], dtype=str),
+        "features": (
+            np.zeros((len(smiles), 0), np.float32)
+            if features is None
+            else np.asarray(features, np.float32).reshape(len(smiles), -1)
+        ),
     }
     meta = {
         "format": _CACHE_FORMAT,
@@ -261,7 +270,10 @@ def _decode(path: Path, key: str) -> CachedFeatures:
     if (
         atoms.shape[:1] != (int(n_atoms.sum()),)
         or pairs.shape != (int((n_atoms**2).sum()), p_dim)
-        or any(len(arrays[k]) != n for k in ("smiles", "targets", "target_mask", "rows"))
+        or arrays["features"].ndim != 2
+        or any(
+            len(arrays[k]) != n for k in ("smiles", "targets", "target_mask", "rows", "features")
+        )
     ):
         raise _Damaged("its arrays do not fit together (mis-shaped)")
     pairs = pairs.astype(np.float32)
@@ -282,4 +294,5 @@ def _decode(path: Path, key: str) -> CachedFeatures:
         arrays["target_mask"],
         arrays["rows"],
         invalid,
+        arrays["features"] if arrays["features"].shape[1:] != (0,) else None,
     )

@@ -27,6 +27,8 @@ class MoleculeGraph:
         pair_features: ``(n_atoms, n_atoms, PAIR_FEATURES)`` float32.
         targets: ``(T,)`` float32; 0 where missing.
         target_mask: ``(T,)`` bool; False where the target is missing.
+        features: ``(F,)`` float32 molecule-level features as computed (``dataset.features``,
+            ``dataset.feature_columns``; NaN where not finite), or ``None`` without any.
     """
 
     smiles: str
@@ -34,6 +36,7 @@ class MoleculeGraph:
     pair_features: np.ndarray
     targets: np.ndarray
     target_mask: np.ndarray
+    features: np.ndarray | None = None
 
     @property
     def n_atoms(self) -> int:

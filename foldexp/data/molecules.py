@@ -20,6 +20,7 @@ featuriser version, RDKit version, options), written atomically, so a second loa
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -34,6 +35,7 @@ from tqdm import tqdm
 
 from foldexp.data import featurize
 from foldexp.data.errors import DatasetNotFoundError, DataWarning, MoleculeError
+from foldexp.data.mol_features import FEATURES_VERSION, molecule_features, read_feature_columns
 from foldexp.data.molecule_cache import cache_path, read_cache, write_cache
 from foldexp.data.molecule_csv import (
     MAX_ATOMS,
@@ -112,6 +114,8 @@ def load_molecule_csv(
     progress: bool | None = None,
     max_atoms: int = MAX_ATOMS,
     max_smiles_chars: int = MAX_SMILES_CHARS,
+    features: Sequence[str] = (),
+    feature_columns: Sequence[str] = (),
 ) -> MoleculeDataset:
     """Load and featurise a CSV of molecules.
 
@@ -125,6 +129,7 @@ def load_molecule_csv(
         progress: Show a progress bar while featurising; default: when stderr is a terminal.
         max_atoms: A molecule of more atoms is an invalid row (``on_invalid``).
         max_smiles_chars: So is a SMILES (or any field of its record) of more characters.
+        features, feature_columns: each graph's raw molecule-level features (``mol_features``).
 
     Returns:
         The featurised dataset.
@@ -153,6 +158,8 @@ def load_molecule_csv(
         "max_atoms": max_atoms,
         "max_smiles_chars": max_smiles_chars,
     }
+    if features or feature_columns:  # part of the key: other features never reuse a cache
+        options["features"] = [list(features), list(feature_columns), FEATURES_VERSION]
     key = "" if cache_dir is None else _cache_key(path, options)  # the file's digest and options
     cache_file = None if cache_dir is None else cache_path(Path(cache_dir), path, key)
     if cache_file is not None and (cached := _read_cached(cache_file, key)) is not None:
@@ -163,8 +170,9 @@ def load_molecule_csv(
     show = sys.stderr.isatty() if progress is None else progress
     limits = (max_atoms, max_smiles_chars)
     graphs, kept_rows, kept_index, invalid = _featurize_rows(
-        path, rows, (smiles, targets, mask), too_long, limits, show
+        path, rows, (smiles, targets, mask), too_long, limits, show, tuple(features)
     )
+    graphs = _with_columns(path, graphs, kept_rows, tuple(feature_columns))
     if invalid and on_invalid == "raise":
         raise MoleculeError(
             _describe_invalid(path, invalid)
@@ -199,7 +207,25 @@ def _write_cached(
         rows,
         invalid,
         key=key,
+        features=np.stack([g.features for g in graphs])
+        if graphs[:1] and graphs[0].features is not None
+        else None,
     )
+
+
+def _with_columns(
+    path: Path, graphs: list[MoleculeGraph], rows: list[int], columns: tuple[str, ...]
+) -> list[MoleculeGraph]:
+    """``graphs`` (of ``rows``) with the file's ``columns`` after their feature sets' values
+    (``dataset.feature_columns``; a cell that is not a number is an error naming its row)."""
+    if not columns:
+        return graphs
+    own = read_feature_columns(path, columns, rows)
+    out = []
+    for graph, row in zip(graphs, rows, strict=True):
+        sets = graph.features if graph.features is not None else np.zeros(0, np.float32)
+        out.append(dataclasses.replace(graph, features=np.concatenate([sets, own[row]])))
+    return out
 
 
 def _read_cached(
@@ -210,14 +236,16 @@ def _read_cached(
     cached = read_cache(cache_file, key)
     if cached is None:
         return None
+    features = cached.features if cached.features is not None else [None] * len(cached.smiles)
     graphs = [
-        MoleculeGraph(s, a, p, t, m)
-        for s, a, p, t, m in zip(
+        MoleculeGraph(s, a, p, t, m, f)
+        for s, a, p, t, m, f in zip(
             cached.smiles,
             cached.atom_features,
             cached.pair_features,
             cached.targets,
             cached.target_mask,
+            features,
             strict=True,
         )
     ]
@@ -231,11 +259,13 @@ def _featurize_rows(
     too_long: set[int],
     limits: tuple[int, int],
     progress: bool,
+    features: tuple[str, ...] = (),
 ) -> tuple[list[MoleculeGraph], list[int], list[int], list[tuple[int, str]]]:
     """RDKit over every row (``columns``: SMILES, targets, mask): the graphs, their row numbers
     and positions, and the invalid rows: ``(row, smiles)`` where RDKit could not read it, or
     ``(row, "<why>")`` (no SMILES starts with ``<``) for one past ``limits`` (``max_atoms``,
-    ``max_smiles_chars``) or a record ``too_long`` for the CSV reader."""
+    ``max_smiles_chars``) or a record ``too_long`` for the CSV reader; ``features``: the
+    feature sets each graph carries (``mol_features``)."""
     smiles, targets, mask = columns
     max_atoms, max_chars = limits
     graphs: list[MoleculeGraph] = []
@@ -262,7 +292,8 @@ def _featurize_rows(
             invalid.append((row, s if parsed else f"<{why}>"))
             continue
         atoms, pairs = featurize.featurize_mol(mol)
-        graphs.append(MoleculeGraph(s, atoms, pairs, t, m))
+        extra = molecule_features(mol, features) if features else None
+        graphs.append(MoleculeGraph(s, atoms, pairs, t, m, extra))
         kept_rows.append(row)
         kept_index.append(i)
     return graphs, kept_rows, kept_index, invalid

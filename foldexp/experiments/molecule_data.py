@@ -44,6 +44,7 @@ from foldexp.data.molecules import FETCHABLE, load_molecule_csv, not_found
 from foldexp.data.splits import column_split, random_split, scaffold_split, take
 from foldexp.experiments.csv_columns import missing_columns
 from foldexp.experiments.datasets import DataBundle
+from foldexp.experiments.molecule_features import check_features, features_info, molecule_inputs
 from foldexp.experiments.molecule_targets import default_targets
 
 __all__ = ["molecules_csv", "molecule_inputs"]
@@ -113,6 +114,7 @@ def _load(
     on_invalid: str,
     cache_dir: str | None,
     limits: tuple[int, int],
+    extra: Mapping[str, list[str]],
 ) -> MoleculeDataset:
     if not path.is_file():
         if path.name in FETCHABLE:
@@ -129,6 +131,7 @@ def _load(
         progress=False,
         max_atoms=limits[0],
         max_smiles_chars=limits[1],
+        **extra,
     )
 
 
@@ -283,6 +286,8 @@ def molecules_csv(
     max_smiles_chars: int = MAX_SMILES_CHARS,
     folds: int = 5,
     fold: int = 0,
+    features: Sequence[str] = (),
+    feature_columns: Sequence[str] = (),
 ) -> DataBundle:
     """A molecule CSV featurised into graphs and split (the ``dataset.*`` keys, see the module
     docstring and ``foldexp.config.MoleculeDataConfig``).
@@ -293,6 +298,7 @@ def molecules_csv(
     classification), ``pos_weight`` (classification with ``balance``, else ``None``) and
     ``target_units`` (``units``: one per target, or ``None``).
     ``folds``, ``fold``: ``split=kfold|scaffold_kfold`` (``foldexp.data.folds``).
+    ``features``, ``feature_columns``: ``foldexp.experiments.molecule_features``.
     ``trained``: a trained run's ``info`` (``foldexp eval``): a split of one class is scored
     (its AUCs are not defined), not refused, and the training split may be empty.
     """
@@ -302,12 +308,13 @@ def molecules_csv(
     _check_keys(path, targets, task, on_invalid, split, split_column, fractions)
     targets = [str(t) for t in targets]
     _check_units_and_balance(targets, task, units, balance)
+    extra = check_features(features, feature_columns, trained)
     columns = {"dataset.smiles_column": smiles_column, "dataset.targets": targets}
     if split == "column":
         columns["dataset.split_column"] = str(split_column)
     try:
         limits = (int(max_atoms), int(max_smiles_chars))
-        dataset = _load(Path(path), smiles_column, targets, on_invalid, cache_dir, limits)
+        dataset = _load(Path(path), smiles_column, targets, on_invalid, cache_dir, limits, extra)
         graphs = list(dataset)[:limit] if limit else list(dataset)
         if task == "auto":
             task = _choose_task(dataset, len(graphs), trained)
@@ -332,7 +339,9 @@ def molecules_csv(
             f"dataset {name}: the train split is empty (train 0, dev {len(dev)}, test "
             f"{len(test)}); check dataset.limit, the split fractions or the files"
         )
-    return DataBundle(train, dev, test, _info(graphs[0], train, targets, task, units, balance))
+    info = _info(graphs[0], train, targets, task, units, balance)
+    info.update(features_info(extra, graphs, train, dataset.rows))
+    return DataBundle(train, dev, test, info)
 
 
 def _check_units_and_balance(
@@ -375,24 +384,3 @@ def _info(
         "pos_weight": _pos_weight(train) if balance and train else None,
         "target_units": [str(u) for u in units] if units is not None else None,
     }
-
-
-def molecule_inputs(
-    values: list[str], max_atoms: int = MAX_ATOMS, max_smiles_chars: int = MAX_SMILES_CHARS
-) -> list[tuple[MoleculeGraph | None, str | None]]:
-    """SMILES → ``(graph, None)`` with every target missing, or ``(None, why)`` for a SMILES
-    RDKit cannot read, an empty one, or one past the run's size limits (``dataset.max_atoms``,
-    ``dataset.max_smiles_chars``): one bad input never fails the others."""
-    from foldexp.data import featurize  # lazy: RDKit
-
-    out: list[tuple[MoleculeGraph | None, str | None]] = []
-    for value in values:
-        smiles = value.strip()
-        mol, why = featurize.read_smiles(smiles, max_atoms, max_smiles_chars)
-        if mol is None:
-            out.append((None, why))
-            continue
-        atoms, pairs = featurize.featurize_mol(mol)
-        none = np.zeros(0, dtype=np.float32)
-        out.append((MoleculeGraph(smiles, atoms, pairs, none, none.astype(bool)), None))
-    return out
