@@ -33,6 +33,7 @@ __all__ = [
     "Freeze",
     "Pooling",
     "SequenceLSTMModelConfig",
+    "Temperature",
     "TreeLSTMModelConfig",
     "Uncertainty",
     "WeaveModelConfig",
@@ -51,6 +52,13 @@ class Pooling(str, Enum):
 class Uncertainty(str, Enum):
     none = "none"  # point predictions
     mve = "mve"  # mean-variance head, Gaussian NLL (regression; foldexp.models.uncertainty)
+    evidential = "evidential"  # NIG head, evidential loss (regression; foldexp.models.evidential)
+
+
+class Temperature(str, Enum):
+    none = "none"  # the classifier's probabilities as trained
+    per_task = "per_task"  # one temperature a task, fitted on dev (foldexp.models.temperature)
+    shared = "shared"  # one temperature for all tasks
 
 
 class Freeze(str, Enum):
@@ -142,9 +150,14 @@ class WeaveModelConfig:
     mlp_size: int = width(128)  # hidden width of the read-out MLP after pooling
     pool: Pooling = Pooling.sum  # sum | mean over a molecule's atoms
     dropout: float = probability(0.0)  # dropout on the pooled vector and the MLP's hidden layer
-    # none | mve: a variance beside each regression target (predict writes <target>_std),
-    # calibrated on dev after training
+    # none | mve | evidential: a spread beside each regression target (predict writes
+    # <target>_std), calibrated on dev after training
     uncertainty: Uncertainty = Uncertainty.none
+    # λ of uncertainty=evidential: weight of the evidence regulariser (chemprop v2: 0.2)
+    evidential_weight: float = ranged(0.2, ge=0, le=10)
+    # classification: none | per_task | shared temperature(s) fitted on dev after training,
+    # applied by predict and eval
+    temperature: Temperature = Temperature.per_task
 
 
 @dataclass
@@ -158,9 +171,14 @@ class DMPNNModelConfig:
     depth: int = ranged(3, gt=0, le=MAX_LAYERS)  # message-passing steps, the first included
     ffn_layers: int = ranged(2, gt=0, le=MAX_LAYERS)  # read-out layers after the sum over atoms
     dropout: float = probability(0.0)  # on bond and atom states and the read-out's inputs
-    # none | mve: a variance beside each regression target (predict writes <target>_std),
-    # calibrated on dev after training
+    # none | mve | evidential: a spread beside each regression target (predict writes
+    # <target>_std), calibrated on dev after training
     uncertainty: Uncertainty = Uncertainty.none
+    # λ of uncertainty=evidential: weight of the evidence regulariser (chemprop v2: 0.2)
+    evidential_weight: float = ranged(0.2, ge=0, le=10)
+    # classification: none | per_task | shared temperature(s) fitted on dev after training,
+    # applied by predict and eval
+    temperature: Temperature = Temperature.per_task
     # a trained D-MPNN run's folder: its encoder (message passing) starts this run's; the head
     # is new (foldexp.models.transfer)
     init_from: str | None = a_path(None)

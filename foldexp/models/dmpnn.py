@@ -118,7 +118,7 @@ class DMPNNModel(MoleculeTaskModel):
         depth: message-passing steps, the first included (chemprop: 3).
         ffn_layers: read-out layers after the sum over atoms, the last one to the targets.
         dropout: on the bond states after each step, the atom states and the read-out's inputs.
-        uncertainty: ``none`` or ``mve`` (regression: ``foldexp.models.uncertainty``).
+        uncertainty, evidential_weight, temperature: as ``WeaveModel``'s.
         init_from, freeze: a trained run whose encoder starts this one; ``encoder``: train the
             head only (``foldexp.models.transfer``).
     """
@@ -139,14 +139,17 @@ class DMPNNModel(MoleculeTaskModel):
         target_names: Sequence[str] | None = None,
         pos_weight: Sequence[float] | None = None,
         uncertainty: str = "none",
+        evidential_weight: float = 0.2,
+        temperature: str = "none",
         init_from: str | None = None,
         freeze: str = "none",
     ) -> None:
         super().__init__()
         if depth < 1 or ffn_layers < 1:
             raise ValueError(f"depth and ffn_layers must be >= 1, got {depth}, {ffn_layers}")
+        heads = (uncertainty, evidential_weight, temperature)
         self._init_targets(
-            num_targets, target_mean, target_std, task, target_names, pos_weight, uncertainty
+            num_targets, target_mean, target_std, task, target_names, pos_weight, *heads
         )
         self.depth = depth
         self.encode_size = hidden_size  # encode()'s width: foldexp fingerprint's columns

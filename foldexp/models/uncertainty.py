@@ -1,4 +1,5 @@
-"""Uncertainty of molecule regression: mean-variance estimation (``model.uncertainty=mve``).
+"""Uncertainty of molecule regression: mean-variance estimation (``model.uncertainty=mve``) and
+deep evidential regression (``model.uncertainty=evidential``: ``foldexp.models.evidential``).
 
 With ``mve`` a molecule model's head gives two outputs a target: the mean and a raw variance
 ``v``, made positive as ``σ² = softplus(v) + 1e-6`` (chemprop's MVE head; both in standardised
@@ -30,7 +31,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from foldexp.models.evidential import (
+    EVIDENTIAL_WEIGHT,
+    evidential_loss,
+    evidential_split,
+    evidential_variance,
+)
+
 __all__ = [
+    "HEAD_OUTPUTS",
     "UNCERTAINTIES",
     "Z90",
     "calibrate_scale",
@@ -42,10 +51,15 @@ __all__ = [
     "mve_predict",
     "mve_split",
     "mve_statistics",
+    "regression_loss",
+    "spread_predict",
+    "spread_split",
     "uncertainty_metrics",
 ]
 
-UNCERTAINTIES = ("none", "mve")
+UNCERTAINTIES = ("none", "mve", "evidential")
+#: head outputs a target: the point, mean and variance, or γ ν α β
+HEAD_OUTPUTS = {"none": 1, "mve": 2, "evidential": 4}
 Z90 = 1.6448536269514722  # the standard normal's 95th percentile: μ ± Z90 σ holds 90%
 _MIN_VARIANCE = 1e-6
 
@@ -54,6 +68,39 @@ def mve_split(z: torch.Tensor, num_targets: int) -> tuple[torch.Tensor, torch.Te
     """A head's ``(B, 2T)`` outputs → the mean ``(B, T)`` and the variance ``(B, T)``."""
     mean, raw = z[:, :num_targets], z[:, num_targets:]
     return mean, F.softplus(raw) + _MIN_VARIANCE
+
+
+def spread_split(
+    z: torch.Tensor, num_targets: int, uncertainty: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(B, kT)`` head outputs → the mean and the (uncalibrated, standardised) variance,
+    ``(B, T)`` each, for ``mve`` or ``evidential`` (its total variance)."""
+    if uncertainty == "evidential":
+        _, nu, alpha, beta = evidential_split(z, num_targets)
+        return z[:, :num_targets], evidential_variance(nu, alpha, beta)
+    return mve_split(z, num_targets)
+
+
+def regression_loss(
+    z: torch.Tensor,
+    z_target: torch.Tensor,
+    mask: torch.Tensor,
+    uncertainty: str,
+    weight: float = EVIDENTIAL_WEIGHT,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """``(mean, variance or None, loss)`` of standardised head outputs ``z``: the masked squared
+    error (``none``), Gaussian NLL (``mve``) or NIG loss with ``weight`` (``evidential``)."""
+    num_targets = z_target.shape[1]
+    if uncertainty == "evidential":
+        gamma, nu, alpha, beta = evidential_split(z, num_targets)
+        loss = evidential_loss(gamma, nu, alpha, beta, z_target, mask, weight)
+        return gamma, evidential_variance(nu, alpha, beta), loss
+    if uncertainty == "mve":
+        mean, var = mve_split(z, num_targets)
+        return mean, var, gaussian_nll(mean, var, z_target, mask)
+    # Missing targets are stored as 0: where() keeps them (and their gradients) out.
+    sq = torch.where(mask, (z - z_target) ** 2, torch.zeros_like(z))
+    return z, None, sq.sum() / mask.sum().clamp(min=1)
 
 
 def gaussian_nll(
@@ -121,7 +168,8 @@ def uncertainty_metrics(
 
 
 def check_uncertainty(uncertainty: Any, task: str) -> str:
-    """``model.uncertainty`` as a plain string; ``mve`` needs a regression task."""
+    """``model.uncertainty`` as a plain string; ``mve`` and ``evidential`` need a regression
+    task."""
     value = str(getattr(uncertainty, "value", uncertainty))
     if value not in UNCERTAINTIES:
         raise ValueError(f"model.uncertainty={value}; expected one of {', '.join(UNCERTAINTIES)}")
@@ -133,15 +181,22 @@ def check_uncertainty(uncertainty: Any, task: str) -> str:
     return value
 
 
+def spread_predict(
+    z: torch.Tensor, uncertainty: str, mean: torch.Tensor, std: torch.Tensor, scale: torch.Tensor
+) -> torch.Tensor:
+    """``(B, kT)`` head outputs → ``(B, 2T)``: each target's value, then its calibrated standard
+    deviation, in the target's units (``mve`` or ``evidential``)."""
+    mu, var = spread_split(z, len(mean), uncertainty)
+    sigma = var.sqrt() * std * scale
+    return torch.stack([mu * std + mean, sigma], dim=2).reshape(len(z), -1)
+
+
 def mve_predict(
     z: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, scale: torch.Tensor
 ) -> torch.Tensor:
     """``(B, 2T)`` head outputs → ``(B, 2T)``: each target's value, then its calibrated
     standard deviation, both in the target's units (``<target>``, ``<target>_std``)."""
-    mu, var = mve_split(z, len(mean))
-    values = mu * std + mean
-    sigma = var.sqrt() * std * scale
-    return torch.stack([values, sigma], dim=2).reshape(len(z), -1)
+    return spread_predict(z, "mve", mean, std, scale)
 
 
 def mve_statistics(

@@ -6,7 +6,8 @@ weave module (``foldexp.models.paper.weave_module``, reused as is) or, for the l
 stack, its atom half only (``weave_atoms``): the last layer's pair update would feed nothing,
 and pairs are most of the work (N² per molecule against N). ``weave_network`` stacks layers,
 maps every atom through ``FC(graph_size, tanh)``, pools over atoms (sum or mean) and reads out
-with an MLP.
+with an MLP (the blocks: ``weave_network.py``). With molecule features (``dataset.features``)
+the MLP is torch's, over the pooled readout joined to them (``extra_features.py``).
 
 ``WeaveModel`` is the trainable model, one network for both tasks (``task`` comes from the
 dataset's ``info``):
@@ -34,21 +35,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import foldexp.blocks as fb
 from foldexp.compiler.schedule import Plan
 from foldexp.executor.compiled import Compiler
-from foldexp.models.paper import weave_module
+from foldexp.models.extra_features import batch_features, init_features, join_features, mlp_head
 from foldexp.models.scores import average_precision, roc_auc, two_classes
 from foldexp.models.target_names import target_suffixes
+from foldexp.models.temperature import calibrate_temperature, calibration_metrics, check_temperature
 from foldexp.models.uncertainty import (
+    HEAD_OUTPUTS,
     calibrate_scale,
     check_uncertainty,
-    gaussian_nll,
-    mve_predict,
-    mve_split,
     mve_statistics,
+    regression_loss,
+    spread_predict,
     uncertainty_metrics,
 )
+from foldexp.models.weave_network import molecule_input, weave_atoms, weave_layer, weave_network
 
 __all__ = [
     "molecule_input",
@@ -66,75 +68,6 @@ __all__ = [
 TASKS = ("regression", "classification")
 
 
-def molecule_input(atom_features: int, pair_features: int) -> fb.Block:
-    """A ``MoleculeGraph`` (or an ``(atoms, pairs)`` pair of arrays) → the weave's input type."""
-
-    def arrays(mol: Any) -> Any:
-        return (mol.atom_features, mol.pair_features) if hasattr(mol, "pair_features") else mol
-
-    return fb.InputTransform(arrays) >> fb.Record(
-        (fb.Map(fb.Vector(atom_features)), fb.Map(fb.Map(fb.Vector(pair_features))))
-    )
-
-
-def weave_atoms(f_a_a: Any, f_p_a: Any, f_a: Any) -> fb.Composition:
-    """The atom half of Appendix B's weave module: ``(atoms, pairs) → atoms``.
-
-    The same blocks as the paper's listing (``a_to_a``, ``p_to_a``, ``a_y``), without the pair
-    update: it outputs exactly ``weave_module(f_a_a, f_p_a, f_a, ...)``'s atoms.
-    """
-    atoms_only = fb.Composition()
-    with atoms_only.scope():
-        a_x, p_x = atoms_only.input[0], atoms_only.input[1]
-        a_to_a = fb.Map(f_a_a).reads(a_x)
-        p_to_a = fb.Map(fb.Map(f_p_a) >> fb.Sum()).reads(p_x)
-        a_y = fb.ZipWith(fb.Concat() >> f_a).reads(a_to_a, p_to_a)
-        atoms_only.output.reads(a_y)
-    return atoms_only
-
-
-def weave_layer(atom_size: int, pair_size: int, update_pairs: bool = True) -> fb.Block:
-    """One weave module with ReLU FC layers: ``(atoms, pairs) → (atoms, pairs)``.
-
-    With ``update_pairs=False`` only the atom half runs (:func:`weave_atoms`) and the layer
-    outputs the atom sequence alone (for the last layer of a stack).
-    """
-    f_a_a, f_p_a, f_a = fb.FC(atom_size), fb.FC(atom_size), fb.FC(atom_size)
-    if update_pairs:
-        return weave_module(f_a_a, f_p_a, f_a, fb.FC(pair_size), fb.FC(pair_size), fb.FC(pair_size))
-    return weave_atoms(f_a_a, f_p_a, f_a)
-
-
-def weave_network(
-    atom_features: int,
-    pair_features: int,
-    num_targets: int,
-    layers: int = 2,
-    atom_size: int = 50,
-    pair_size: int = 50,
-    graph_size: int = 128,
-    mlp_size: int = 128,
-    pool: str = "sum",
-    dropout: float = 0.0,
-) -> fb.Block:
-    """A molecule → ``num_targets`` predictions: stacked weave layers, per-atom FC, pooling, MLP."""
-    if layers < 1:
-        raise ValueError(f"a weave network needs at least one layer, got layers={layers}")
-    if pool not in ("sum", "mean"):
-        raise ValueError(f"pool must be 'sum' or 'mean', got {pool!r}")
-    net = molecule_input(atom_features, pair_features)
-    for k in range(layers):
-        net = net >> weave_layer(atom_size, pair_size, update_pairs=k < layers - 1)
-    keep = 1.0 - dropout if dropout else None
-    return (
-        net
-        >> fb.Map(fb.FC(graph_size, activation=torch.tanh))
-        >> (fb.Sum() if pool == "sum" else fb.Mean())
-        >> fb.FC(mlp_size, input_keep_prob=keep)
-        >> fb.FC(num_targets, activation=None, input_keep_prob=keep)
-    )
-
-
 @dataclass
 class MoleculeBatch:
     """A collated batch: the schedule, the raw targets ``(B, T)`` and their mask."""
@@ -143,6 +76,7 @@ class MoleculeBatch:
     targets: torch.Tensor
     mask: torch.Tensor
     size: int
+    features: torch.Tensor | None = None  # (B, F) raw molecule features (dataset.features)
 
 
 class MoleculeTaskModel(nn.Module):
@@ -161,13 +95,18 @@ class MoleculeTaskModel(nn.Module):
         target_names: Sequence[str] | None,
         pos_weight: Sequence[float] | None,
         uncertainty: str = "none",
+        evidential_weight: float = 0.2,
+        temperature: str = "none",
     ) -> None:
         if task not in TASKS:
             raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
         self.task = task
         self.uncertainty = check_uncertainty(uncertainty, task)
-        # mve: a mean and a variance a target (foldexp.models.uncertainty)
-        self.head_width = num_targets * (2 if self.uncertainty == "mve" else 1)
+        self.evidential_weight = float(evidential_weight)  # λ of uncertainty=evidential
+        # mve: a mean and a variance a target; evidential: γ ν α β (foldexp.models.uncertainty)
+        self.head_width = num_targets * HEAD_OUTPUTS[self.uncertainty]
+        # classification: temperatures fitted on dev (foldexp.models.temperature)
+        self.temperature_scaling = check_temperature(temperature)
         self.target_names = (
             [str(t) for t in target_names]
             if target_names is not None
@@ -189,7 +128,9 @@ class MoleculeTaskModel(nn.Module):
         if task == "classification":
             weight = torch.ones(num_targets) if pos_weight is None else torch.tensor(pos_weight)
             self.register_buffer("pos_weight", weight.float().reshape(num_targets))
-        if self.uncertainty == "mve":  # set on dev after training (calibrate), kept in best.pt
+            if self.temperature_scaling != "none":  # set on dev after training, kept in best.pt
+                self.register_buffer("temperature", torch.ones(num_targets))
+        if self.uncertainty != "none":  # set on dev after training (calibrate), kept in best.pt
             self.register_buffer("calibration_scale", torch.ones(num_targets))
 
     def _outputs(self, batch: Any) -> torch.Tensor:
@@ -199,23 +140,27 @@ class MoleculeTaskModel(nn.Module):
         """``(B, T)``: targets in their original units, or each task's positive probability."""
         z = self._outputs(batch)
         if self.task == "classification":
-            return torch.sigmoid(z)
-        if self.uncertainty == "mve":  # columns <target>, <target>_std
-            return mve_predict(z, self.target_mean, self.target_std, self.calibration_scale)
+            return torch.sigmoid(z / getattr(self, "temperature", 1.0))
+        if self.uncertainty != "none":  # columns <target>, <target>_std
+            scale = self.calibration_scale
+            return spread_predict(z, self.uncertainty, self.target_mean, self.target_std, scale)
         return z * self.target_std + self.target_mean
 
     def prediction_columns(self) -> list[str]:
         """The columns of :meth:`predict`: ``<target>`` or ``<target>_probability``."""
         if self.task == "classification":
             return [f"{t}_probability" for t in self.target_names]
-        if self.uncertainty == "mve":
+        if self.uncertainty != "none":
             return [name for t in self.target_names for name in (t, f"{t}_std")]
         return list(self.target_names)
 
     def calibrate(self, examples: Sequence[Any], batch_size: int) -> dict[str, Any]:
-        """With ``uncertainty=mve``: the dev split's calibration scales (``uncertainty.py``),
-        set in the model; ``{}`` otherwise (the training loop's optional hook)."""
-        if self.uncertainty != "mve":
+        """The training loop's optional hook, on dev: ``mve`` or ``evidential``'s calibration
+        scales (``uncertainty.py``) or classification's temperatures (``temperature.py``), set
+        in the model; ``{}`` when there is nothing to calibrate."""
+        if hasattr(self, "temperature"):
+            return calibrate_temperature(self, examples, batch_size)
+        if self.uncertainty == "none":
             return {}
         return calibrate_scale(self, examples, batch_size)
 
@@ -237,14 +182,8 @@ class MoleculeTaskModel(nn.Module):
     ) -> dict[str, torch.Tensor]:
         """Masked MSE on standardised targets; squared and absolute errors in original units."""
         z_target = (targets - self.target_mean) / self.target_std
-        var = None
-        if self.uncertainty == "mve":
-            z, var = mve_split(z, len(self.target_names))
-            loss = gaussian_nll(z, var, z_target, mask)
-        else:
-            # Missing targets are stored as 0: where() keeps them (and their gradients) out.
-            sq = torch.where(mask, (z - z_target) ** 2, torch.zeros_like(z))
-            loss = sq.sum() / mask.sum().clamp(min=1)
+        weight = self.evidential_weight
+        z, var, loss = regression_loss(z, z_target, mask, self.uncertainty, weight)
         err = torch.where(mask, (z - z_target) * self.target_std, torch.zeros_like(z)).detach()
         out = {
             **({} if var is None else mve_statistics(err, var, self.target_std, mask)),
@@ -272,6 +211,7 @@ class MoleculeTaskModel(nn.Module):
         return {
             "loss": loss,
             "probability": torch.sigmoid(z).detach(),
+            "logit": z.detach(),  # the temperatures' fit and ECE (foldexp.models.temperature)
             "label": labels,
             "labelled": mask,
         }
@@ -279,7 +219,7 @@ class MoleculeTaskModel(nn.Module):
     def summarize(self, sums: Mapping[str, Any]) -> dict[str, float]:
         """Metrics over a split: RMSE and MAE in original units, or mean ROC AUC and PRC AUC."""
         if self.task == "classification":
-            return self._auc_metrics(sums)
+            return {**self._auc_metrics(sums), **calibration_metrics(self, sums)}
         spread = {}
         if "residual" in sums:  # uncertainty=mve
             scale = self.calibration_scale.tolist()
@@ -338,7 +278,10 @@ class WeaveModel(MoleculeTaskModel):
             (e.g. negatives / positives on train); ``None``: 1.
         layers, atom_size, pair_size, graph_size, mlp_size, pool, dropout: see
             :func:`weave_network`.
-        uncertainty: ``none`` or ``mve`` (regression: ``foldexp.models.uncertainty``).
+        uncertainty, evidential_weight: ``none``, ``mve`` or ``evidential`` and its ``λ``
+            (regression: ``foldexp.models.uncertainty``).
+        temperature: ``none``, ``per_task`` or ``shared`` (classification:
+            ``foldexp.models.temperature``).
     """
 
     def __init__(
@@ -360,13 +303,20 @@ class WeaveModel(MoleculeTaskModel):
         target_names: Sequence[str] | None = None,
         pos_weight: Sequence[float] | None = None,
         uncertainty: str = "none",
+        evidential_weight: float = 0.2,
+        temperature: str = "none",
+        feature_mean: Sequence[float] | None = None,
+        feature_std: Sequence[float] | None = None,
     ) -> None:
         super().__init__()
+        heads = (uncertainty, evidential_weight, temperature)
         self._init_targets(
-            num_targets, target_mean, target_std, task, target_names, pos_weight, uncertainty
+            num_targets, target_mean, target_std, task, target_names, pos_weight, *heads
         )
         sizes = (layers, atom_size, pair_size, graph_size, mlp_size, pool, dropout)
-        net = weave_network(atom_features, pair_features, self.head_width, *sizes)
+        extra = init_features(self, feature_mean, feature_std)  # its MLP then torch's, below
+        net = weave_network(atom_features, pair_features, self.head_width, *sizes, head=not extra)
+        self.head = mlp_head(graph_size, extra, mlp_size, self.head_width, dropout)
         # Molecules are immutable and recur every epoch: trace each one once.
         self.compiler = Compiler(net, cache_traces=True)
 
@@ -374,10 +324,12 @@ class WeaveModel(MoleculeTaskModel):
         """Traces and schedules a batch (safe to call in DataLoader workers)."""
         targets = torch.stack([torch.as_tensor(m.targets, dtype=torch.float32) for m in molecules])
         mask = torch.stack([torch.as_tensor(m.target_mask, dtype=torch.bool) for m in molecules])
-        return MoleculeBatch(self.compiler.build(molecules), targets, mask, len(molecules))
+        plan, features = self.compiler.build(molecules), batch_features(molecules)
+        return MoleculeBatch(plan, targets, mask, len(molecules), features)
 
     def _outputs(self, batch: MoleculeBatch) -> torch.Tensor:
-        return self.compiler.run(batch.plan)
+        out = self.compiler.run(batch.plan)
+        return out if self.head is None else self.head(join_features(self, out, batch.features))
 
 
 #: The former name (regression only then); the same class.
