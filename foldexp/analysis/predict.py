@@ -40,6 +40,7 @@ from foldexp.analysis.predict_inputs import (
     Item,
     Parsed,
     Parser,
+    check_columns,
     input_items,
     input_reader,
     open_input,
@@ -142,11 +143,13 @@ def _predict_chunk(
     width: int,
     batch_size: int,
     forward: Callable[[TrainedRun, Sequence[Any]], torch.Tensor] = _predict_batch,
+    kept: Sequence[str] = (),
 ) -> list[list[Any]]:
-    """The output rows of ``chunk``: the input, its other cells, ``width`` predictions (or
-    blanks), the error."""
+    """The output rows of ``chunk``: the input, its other cells (``kept``: their columns),
+    ``width`` predictions (or blanks), the error."""
     readable = [k for k, item in enumerate(chunk) if item[2] is None]
-    parsed = parse([chunk[k][0] for k in readable], [chunk[k][1] for k in readable])
+    cells = [dict(zip(kept, chunk[k][3], strict=False)) for k in readable]
+    parsed = parse([chunk[k][0] for k in readable], [chunk[k][1] for k in readable], cells)
     outcomes: list[Any] = [item[2] for item in chunk]
     for k, outcome in zip(readable, _predict_all(run, parsed, batch_size, forward), strict=True):
         outcomes[k] = outcome
@@ -193,12 +196,13 @@ def stream_predict(
     def write(out: IO[str]) -> None:
         with open_input(input_path) as stream:
             name, kept, items = input_items(stream, source, column or run_column)
+            check_columns(run, kept, source)
             header = _header(name, kept, columns)
             writer = csv.writer(out, lineterminator="\n")
             writer.writerow(spreadsheet_row(header))
             bar = tqdm(desc="predict", unit="input", disable=not _show(progress))
             for chunk in _chunks(items):
-                rows = _predict_chunk(run, parse, chunk, len(columns), batch_size, forward)
+                rows = _predict_chunk(run, parse, chunk, len(columns), batch_size, forward, kept)
                 writer.writerows(spreadsheet_row(row) for row in rows)
                 out.flush()  # the rows so far reach a pipe before the rest is read
                 counts[0] += len(rows)

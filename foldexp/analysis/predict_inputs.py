@@ -16,7 +16,7 @@ import contextlib
 import csv
 import itertools
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any
 
 from foldexp.data.delimiters import sniff_delimiter, table_width
@@ -26,6 +26,7 @@ from foldexp.train.runs import TrainedRun
 
 __all__ = [
     "MAX_LINE_BYTES",
+    "check_columns",
     "Item",
     "Parsed",
     "Parser",
@@ -37,8 +38,9 @@ __all__ = [
 ]
 
 Parsed = list[tuple[Any | None, str | None]]
-#: Texts of inputs and their line numbers → ``(example, None)`` or ``(None, why)`` each.
-Parser = Callable[[list[str], list[int]], Parsed]
+#: Texts of inputs, their line numbers and their CSV's other cells by column → ``(example,
+#: None)`` or ``(None, why)`` each (a molecule run's ``dataset.feature_columns`` are cells).
+Parser = Callable[[list[str], list[int], list[Mapping[str, str]]], Parsed]
 #: One input: its text, the line it starts on, why it cannot be read (``None``: it can), and the
 #: cells of its CSV's other columns (an ID, a name: they come through to the output).
 Item = tuple[str, int, str | None, tuple[str, ...]]
@@ -53,28 +55,32 @@ def input_reader(run: TrainedRun, source: str = "<input>") -> tuple[str | None, 
     dataset = run.config["dataset"]
     target = str(dataset.get("_target_", ""))
     if "smiles_column" in dataset:
-        from foldexp.experiments.molecule_data import molecule_inputs
+        from foldexp.experiments.molecule_features import molecule_inputs, run_features
 
         limits = (
             int(dataset.get("max_atoms", MAX_ATOMS)),
             int(dataset.get("max_smiles_chars", MAX_SMILES_CHARS)),
         )
+        extra = run_features(dataset)
 
-        def molecules(values: list[str], _: list[int]) -> Parsed:
-            return molecule_inputs(values, *limits)
+        def molecules(
+            values: list[str], lines: list[int], cells: list[Mapping[str, str]] | None = None
+        ) -> Parsed:
+            where = [f"{source}:{line}" for line in lines]
+            return molecule_inputs(values, *limits, extra, cells, where)
 
         return str(dataset["smiles_column"]), molecules
     if "text_column" in dataset:
         from foldexp.experiments.text_data import text_inputs
 
-        def texts(values: list[str], _: list[int]) -> Parsed:
+        def texts(values: list[str], _: list[int], __: Any = None) -> Parsed:
             return text_inputs(values, dataset.get("tokenizer", "whitespace"), dataset["lowercase"])
 
         return str(dataset["text_column"]), texts
     if target.endswith(("trees_ptb", ".sst")):
         from foldexp.experiments.tree_inputs import tree_inputs
 
-        def trees(lines: list[str], numbers: list[int]) -> Parsed:
+        def trees(lines: list[str], numbers: list[int], _: Any = None) -> Parsed:
             collapse = bool(dataset.get("collapse_unary", False))
             return tree_inputs(lines, collapse_unary=collapse, source=source, numbers=numbers)
 
@@ -87,7 +93,7 @@ def input_reader(run: TrainedRun, source: str = "<input>") -> tuple[str | None, 
     )
 
 
-def _expressions(lines: list[str], _: list[int]) -> Parsed:
+def _expressions(lines: list[str], _: list[int], __: Any = None) -> Parsed:
     """Calculator expressions, one a line (``(2+3)*4``): each a tree, or why it is not one."""
     from foldexp.data.calculator import parse_expression
 
@@ -98,6 +104,19 @@ def _expressions(lines: list[str], _: list[int]) -> Parsed:
         except ValueError as e:
             out.append((None, str(e)))
     return out
+
+
+def check_columns(run: TrainedRun, kept: Sequence[str], source: str) -> None:
+    """Refuses an input without a column the run's features read (``dataset.feature_columns``),
+    naming the file, the column and the columns it has."""
+    wanted = run.config["dataset"].get("feature_columns") or ()
+    missing = [str(c) for c in wanted if str(c) not in kept]
+    if missing:
+        raise ValueError(
+            f"{source}: no column {missing[0]!r} in the header; the run reads it as a feature "
+            f"(dataset.feature_columns={[str(c) for c in wanted]}); the other columns are "
+            f"{list(kept)}"
+        )
 
 
 def read_inputs(path: str, column: str | None) -> tuple[str, list[str]]:

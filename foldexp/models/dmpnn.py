@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from foldexp.models.extra_features import batch_features, init_features, join_features
 from foldexp.models.transfer import check_freeze, load_encoder
 from foldexp.models.transfer import freeze as freeze_encoder
 from foldexp.models.weave import MoleculeTaskModel
@@ -70,6 +71,7 @@ class BondGraph:
     targets: torch.Tensor  # (M, T)
     mask: torch.Tensor  # (M, T)
     size: int  # M molecules
+    features: torch.Tensor | None = None  # (M, F) raw molecule features (dataset.features)
 
 
 def _bond_graph(molecules: Sequence[Any]) -> BondGraph:
@@ -99,6 +101,7 @@ def _bond_graph(molecules: Sequence[Any]) -> BondGraph:
         targets=targets,
         mask=mask,
         size=len(molecules),
+        features=batch_features(molecules),
     )
 
 
@@ -121,6 +124,8 @@ class DMPNNModel(MoleculeTaskModel):
         uncertainty, evidential_weight, temperature: as ``WeaveModel``'s.
         init_from, freeze: a trained run whose encoder starts this one; ``encoder``: train the
             head only (``foldexp.models.transfer``).
+        feature_mean, feature_std: molecule features joined to the readout, the FFN's input
+            ``hidden_size + F`` wide (``foldexp.models.extra_features``).
     """
 
     def __init__(
@@ -143,6 +148,8 @@ class DMPNNModel(MoleculeTaskModel):
         temperature: str = "none",
         init_from: str | None = None,
         freeze: str = "none",
+        feature_mean: Sequence[float] | None = None,
+        feature_std: Sequence[float] | None = None,
     ) -> None:
         super().__init__()
         if depth < 1 or ffn_layers < 1:
@@ -157,10 +164,12 @@ class DMPNNModel(MoleculeTaskModel):
         self.w_h = nn.Linear(hidden_size, hidden_size, bias=False)
         self.w_o = nn.Linear(atom_features + hidden_size, hidden_size)
         self.dropout = nn.Dropout(dropout)
+        width = hidden_size + init_features(self, feature_mean, feature_std)  # the FFN's input
         layers: list[nn.Module] = []
-        for _ in range(ffn_layers - 1):
-            layers += [nn.Dropout(dropout), nn.Linear(hidden_size, hidden_size), nn.ReLU()]
-        head = nn.Linear(hidden_size, self.head_width)
+        for k in range(ffn_layers - 1):
+            wide = width if k == 0 else hidden_size
+            layers += [nn.Dropout(dropout), nn.Linear(wide, hidden_size), nn.ReLU()]
+        head = nn.Linear(width if ffn_layers == 1 else hidden_size, self.head_width)
         self.ffn = nn.Sequential(*layers, nn.Dropout(dropout), head)
         self.init_from = init_from  # read by prepare_training (a fresh or resumed run only)
         if check_freeze(freeze, init_from) == "encoder":
@@ -198,4 +207,4 @@ class DMPNNModel(MoleculeTaskModel):
         return _into(graph.molecule.to(device), atom_h, graph.size)
 
     def _outputs(self, batch: BondGraph) -> torch.Tensor:
-        return self.ffn(self.encode(batch))
+        return self.ffn(join_features(self, self.encode(batch), batch.features))

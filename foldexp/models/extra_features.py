@@ -64,12 +64,17 @@ def join_features(
     return torch.cat([readout, torch.where(torch.isfinite(z), z, torch.zeros_like(z))], 1)
 
 
-def mlp_head(inputs: int, hidden: int, outputs: int, dropout: float) -> nn.Sequential:
+def mlp_head(
+    readout: int, features: int, hidden: int, outputs: int, dropout: float
+) -> nn.Sequential | None:
     """The weave network's read-out MLP in torch (``FC(hidden)`` ReLU, ``FC(outputs)``, dropout
-    on each one's input), for a weave model whose readout is joined to features."""
+    on each one's input) over the readout joined to ``features`` values; ``None`` without
+    features (the weave network keeps its own MLP, ``weave_network(head=True)``)."""
+    if not features:
+        return None
     return nn.Sequential(
         nn.Dropout(dropout),
-        nn.Linear(inputs, hidden),
+        nn.Linear(readout + features, hidden),
         nn.ReLU(),
         nn.Dropout(dropout),
         nn.Linear(hidden, outputs),

@@ -6,7 +6,8 @@ weave module (``foldexp.models.paper.weave_module``, reused as is) or, for the l
 stack, its atom half only (``weave_atoms``): the last layer's pair update would feed nothing,
 and pairs are most of the work (N² per molecule against N). ``weave_network`` stacks layers,
 maps every atom through ``FC(graph_size, tanh)``, pools over atoms (sum or mean) and reads out
-with an MLP.
+with an MLP (the blocks: ``weave_network.py``). With molecule features (``dataset.features``)
+the MLP is torch's, over the pooled readout joined to them (``extra_features.py``).
 
 ``WeaveModel`` is the trainable model, one network for both tasks (``task`` comes from the
 dataset's ``info``):
@@ -34,10 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import foldexp.blocks as fb
 from foldexp.compiler.schedule import Plan
 from foldexp.executor.compiled import Compiler
-from foldexp.models.paper import weave_module
+from foldexp.models.extra_features import batch_features, init_features, join_features, mlp_head
 from foldexp.models.scores import average_precision, roc_auc, two_classes
 from foldexp.models.target_names import target_suffixes
 from foldexp.models.temperature import calibrate_temperature, calibration_metrics, check_temperature
@@ -50,6 +50,7 @@ from foldexp.models.uncertainty import (
     spread_predict,
     uncertainty_metrics,
 )
+from foldexp.models.weave_network import molecule_input, weave_atoms, weave_layer, weave_network
 
 __all__ = [
     "molecule_input",
@@ -67,75 +68,6 @@ __all__ = [
 TASKS = ("regression", "classification")
 
 
-def molecule_input(atom_features: int, pair_features: int) -> fb.Block:
-    """A ``MoleculeGraph`` (or an ``(atoms, pairs)`` pair of arrays) → the weave's input type."""
-
-    def arrays(mol: Any) -> Any:
-        return (mol.atom_features, mol.pair_features) if hasattr(mol, "pair_features") else mol
-
-    return fb.InputTransform(arrays) >> fb.Record(
-        (fb.Map(fb.Vector(atom_features)), fb.Map(fb.Map(fb.Vector(pair_features))))
-    )
-
-
-def weave_atoms(f_a_a: Any, f_p_a: Any, f_a: Any) -> fb.Composition:
-    """The atom half of Appendix B's weave module: ``(atoms, pairs) → atoms``.
-
-    The same blocks as the paper's listing (``a_to_a``, ``p_to_a``, ``a_y``), without the pair
-    update: it outputs exactly ``weave_module(f_a_a, f_p_a, f_a, ...)``'s atoms.
-    """
-    atoms_only = fb.Composition()
-    with atoms_only.scope():
-        a_x, p_x = atoms_only.input[0], atoms_only.input[1]
-        a_to_a = fb.Map(f_a_a).reads(a_x)
-        p_to_a = fb.Map(fb.Map(f_p_a) >> fb.Sum()).reads(p_x)
-        a_y = fb.ZipWith(fb.Concat() >> f_a).reads(a_to_a, p_to_a)
-        atoms_only.output.reads(a_y)
-    return atoms_only
-
-
-def weave_layer(atom_size: int, pair_size: int, update_pairs: bool = True) -> fb.Block:
-    """One weave module with ReLU FC layers: ``(atoms, pairs) → (atoms, pairs)``.
-
-    With ``update_pairs=False`` only the atom half runs (:func:`weave_atoms`) and the layer
-    outputs the atom sequence alone (for the last layer of a stack).
-    """
-    f_a_a, f_p_a, f_a = fb.FC(atom_size), fb.FC(atom_size), fb.FC(atom_size)
-    if update_pairs:
-        return weave_module(f_a_a, f_p_a, f_a, fb.FC(pair_size), fb.FC(pair_size), fb.FC(pair_size))
-    return weave_atoms(f_a_a, f_p_a, f_a)
-
-
-def weave_network(
-    atom_features: int,
-    pair_features: int,
-    num_targets: int,
-    layers: int = 2,
-    atom_size: int = 50,
-    pair_size: int = 50,
-    graph_size: int = 128,
-    mlp_size: int = 128,
-    pool: str = "sum",
-    dropout: float = 0.0,
-) -> fb.Block:
-    """A molecule → ``num_targets`` predictions: stacked weave layers, per-atom FC, pooling, MLP."""
-    if layers < 1:
-        raise ValueError(f"a weave network needs at least one layer, got layers={layers}")
-    if pool not in ("sum", "mean"):
-        raise ValueError(f"pool must be 'sum' or 'mean', got {pool!r}")
-    net = molecule_input(atom_features, pair_features)
-    for k in range(layers):
-        net = net >> weave_layer(atom_size, pair_size, update_pairs=k < layers - 1)
-    keep = 1.0 - dropout if dropout else None
-    return (
-        net
-        >> fb.Map(fb.FC(graph_size, activation=torch.tanh))
-        >> (fb.Sum() if pool == "sum" else fb.Mean())
-        >> fb.FC(mlp_size, input_keep_prob=keep)
-        >> fb.FC(num_targets, activation=None, input_keep_prob=keep)
-    )
-
-
 @dataclass
 class MoleculeBatch:
     """A collated batch: the schedule, the raw targets ``(B, T)`` and their mask."""
@@ -144,6 +76,7 @@ class MoleculeBatch:
     targets: torch.Tensor
     mask: torch.Tensor
     size: int
+    features: torch.Tensor | None = None  # (B, F) raw molecule features (dataset.features)
 
 
 class MoleculeTaskModel(nn.Module):
@@ -372,6 +305,8 @@ class WeaveModel(MoleculeTaskModel):
         uncertainty: str = "none",
         evidential_weight: float = 0.2,
         temperature: str = "none",
+        feature_mean: Sequence[float] | None = None,
+        feature_std: Sequence[float] | None = None,
     ) -> None:
         super().__init__()
         heads = (uncertainty, evidential_weight, temperature)
@@ -379,7 +314,9 @@ class WeaveModel(MoleculeTaskModel):
             num_targets, target_mean, target_std, task, target_names, pos_weight, *heads
         )
         sizes = (layers, atom_size, pair_size, graph_size, mlp_size, pool, dropout)
-        net = weave_network(atom_features, pair_features, self.head_width, *sizes)
+        extra = init_features(self, feature_mean, feature_std)  # its MLP then torch's, below
+        net = weave_network(atom_features, pair_features, self.head_width, *sizes, head=not extra)
+        self.head = mlp_head(graph_size, extra, mlp_size, self.head_width, dropout)
         # Molecules are immutable and recur every epoch: trace each one once.
         self.compiler = Compiler(net, cache_traces=True)
 
@@ -387,10 +324,12 @@ class WeaveModel(MoleculeTaskModel):
         """Traces and schedules a batch (safe to call in DataLoader workers)."""
         targets = torch.stack([torch.as_tensor(m.targets, dtype=torch.float32) for m in molecules])
         mask = torch.stack([torch.as_tensor(m.target_mask, dtype=torch.bool) for m in molecules])
-        return MoleculeBatch(self.compiler.build(molecules), targets, mask, len(molecules))
+        plan, features = self.compiler.build(molecules), batch_features(molecules)
+        return MoleculeBatch(plan, targets, mask, len(molecules), features)
 
     def _outputs(self, batch: MoleculeBatch) -> torch.Tensor:
-        return self.compiler.run(batch.plan)
+        out = self.compiler.run(batch.plan)
+        return out if self.head is None else self.head(join_features(self, out, batch.features))
 
 
 #: The former name (regression only then); the same class.
