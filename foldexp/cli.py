@@ -224,7 +224,11 @@ def _predict(argv: list[str], command: str = "predict") -> int:
     from foldexp.analysis.predict import stream_predict
 
     ap = argparse.ArgumentParser(prog=f"foldexp {command}", description=COMMANDS[command])
-    ap.add_argument("run_dir", help="a trained run's folder (run_info.json, checkpoints/best.pt)")
+    ap.add_argument(
+        "run_dir",
+        help="a trained run's folder (run_info.json, checkpoints/best.pt); predict: or a sweep "
+        "folder, whose runs predict as an ensemble (mean and <target>_std)",
+    )
     ap.add_argument(
         "input",
         help="CSV/CSV.gz (comma, tab or semicolon) with the run's SMILES or text column, a PTB "
@@ -233,6 +237,17 @@ def _predict(argv: list[str], command: str = "predict") -> int:
     ap.add_argument("--output", "-o", default=None, help="CSV to write (default: stdout)")
     ap.add_argument("--column", default=None, help="input column (default: the run's)")
     ap.add_argument("--batch-size", type=integer(1), default=256, help="inputs per batch (256)")
+    if command == "predict":  # foldexp.analysis.spread
+        from foldexp.config import MAX_SEED
+
+        ap.add_argument(
+            "--mc-dropout",
+            type=integer(2, 1000),
+            default=0,
+            metavar="N",
+            help="N passes with dropout on: their mean and <target>_std",
+        )
+        ap.add_argument("--seed", type=integer(0, MAX_SEED), default=0, help="--mc-dropout's (0)")
     _allow_target_option(ap)
     a = ap.parse_args(argv)
     with _trusting(a):
@@ -244,6 +259,8 @@ def _predict(argv: list[str], command: str = "predict") -> int:
             batch_size=a.batch_size,
             allow_targets=a.allow_target,
             fingerprint=command == "fingerprint",
+            mc_dropout=getattr(a, "mc_dropout", 0),
+            seed=getattr(a, "seed", 0),
         )
     if a.output:
         print(f"wrote {a.output}: {rows} rows, {failed} with an error", file=sys.stderr)

@@ -46,11 +46,12 @@ from foldexp.analysis.predict_inputs import (
     open_input,
     source_name,
 )
+from foldexp.analysis.spread import load_members, spread_forward
 from foldexp.blocks import InputError
 from foldexp.data.cells import spreadsheet_row
 from foldexp.models.contract import ModelContractError
 from foldexp.train.artifacts import atomic_write
-from foldexp.train.runs import TrainedRun, load_trained
+from foldexp.train.runs import TrainedRun
 
 __all__ = ["CHUNK_BYTES", "CHUNK_INPUTS", "run_predict", "stream_predict"]
 
@@ -173,15 +174,21 @@ def stream_predict(
     progress: bool | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     fingerprint: bool = False,
+    mc_dropout: int = 0,
+    seed: int = 0,
 ) -> tuple[int, int]:
     """Predicts every input of ``input_path`` a chunk at a time, writing each chunk's rows to
     ``output`` (atomically: the file appears once every row is written) or to stdout (as they
     come); returns ``(rows, rows with an error)``. ``on_row`` sees each row as a dict.
-    ``fingerprint``: the readout before the head (``fp_0 …``) instead of the predictions."""
+    ``fingerprint``: the readout before the head (``fp_0 …``) instead of the predictions.
+    ``run_dir`` a sweep folder (an ensemble of its runs) or ``mc_dropout`` passes (seeded with
+    ``seed``): each prediction is the passes' mean, with its spread ``<column>_std``
+    (``foldexp.analysis.spread``)."""
     if batch_size < 1:
         raise ValueError(f"--batch-size={batch_size}; expected a value >= 1")
     check_output(output, input_path)
-    run = load_trained(run_dir, allow_targets)
+    runs = load_members(run_dir, allow_targets, fingerprint)
+    run = runs[0]
     if not callable(getattr(run.model, "predict", None)):
         raise TypeError(
             f"foldexp predict: {type(run.model).__name__} has no predict(batch) method "
@@ -191,6 +198,8 @@ def stream_predict(
     run_column, parse = input_reader(run, source)
     columns = _fingerprint_columns(run) if fingerprint else list(run.model.prediction_columns())
     forward = _encode_batch if fingerprint else _predict_batch
+    if not fingerprint and (len(runs) > 1 or mc_dropout):  # mean and spread of the passes
+        columns, forward = spread_forward(runs, columns, mc_dropout, seed)
     counts = [0, 0]
 
     def write(out: IO[str]) -> None:
