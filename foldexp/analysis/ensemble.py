@@ -1,4 +1,5 @@
-"""``foldexp ensemble DIR``: the runs of a sweep as one model, by averaging their predictions.
+"""``foldexp ensemble DIR``: the runs of a sweep as one model, by averaging their predictions
+(a sweep of molecule runs: their predictions with their spread, ``ensemble_molecules.py``).
 
 The Fold paper reports its SST Tree-LSTM both as a single model (mean and std over 30 runs) and
 as the ensemble of those 30 runs (Looks et al. 2017, Table 2: 52.3 → 53.6 fine-grained). This
@@ -28,6 +29,7 @@ from typing import Any
 
 import torch
 
+from foldexp.analysis.ensemble_molecules import is_molecule_model, molecule_ensemble
 from foldexp.data.cells import markdown_cell
 from foldexp.train.artifacts import write_json, write_text
 from foldexp.train.runs import dataset_key, find_runs, load_run_model, run_bundles
@@ -87,6 +89,10 @@ def run_ensemble(
         )
 
     bundles, examples = run_bundles(runs, split, mismatch)
+    out = Path(out_dir) if out_dir is not None else Path(dirs[0])
+    first = load_run_model(runs[0][0], runs[0][1], bundles[dataset_key(runs[0][1])])
+    if is_molecule_model(first):  # predictions and their spread (ensemble_molecules.py)
+        return molecule_ensemble(runs, bundles, examples, split, batch_size, out)
     members, by_size, total = [], [], None
     for k, (run, config) in enumerate(runs, start=1):
         bundle = bundles[dataset_key(config)]
@@ -105,7 +111,6 @@ def run_ensemble(
         "ensemble": {m: by_size[-1][m] for m in metrics},
         "by_size": by_size,
     }
-    out = Path(out_dir) if out_dir is not None else Path(dirs[0])
     write_json(out / "ensemble.json", result)
     write_text(out / "ensemble.md", _markdown(result, metrics))
     print(_markdown(result, metrics))

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
+from foldexp.analysis.ensemble import run_ensemble
 from foldexp.analysis.predict import run_predict
 from foldexp.analysis.spread import combine, enable_dropout, spread_columns
 from foldexp.cli import main
@@ -119,3 +121,30 @@ def test_sweep_members_must_agree(tmp_path: Path) -> None:
     _train(tmp_path, sweep / "b", "model.uncertainty=mve")
     with pytest.raises(ValueError, match=r"differ in their prediction columns"):
         run_predict(sweep, str(_csv(tmp_path)), tmp_path / "p.csv")
+
+
+def test_ensemble_command_writes_the_spread_of_a_molecule_sweep(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    for seed in (0, 1):  # dataset.seed=0: the same split, so the same test molecules
+        _train(tmp_path, sweep / str(seed), f"seed={seed}", "dataset.seed=0")
+    result = run_ensemble([sweep])
+    for k, member in enumerate(result["members"]):
+        run = json.loads((sweep / str(k) / "results.json").read_text())
+        assert member["rmse"] == pytest.approx(run["test_rmse"], rel=1e-5)
+    table = sweep / "ensemble_predictions.csv"
+    with table.open() as f:
+        rows = list(csv.DictReader(f))
+    smiles = tmp_path / "test_smiles.txt"
+    smiles.write_text("\n".join(r["smiles"] for r in rows) + "\n")
+    members = []
+    for k in (0, 1):
+        run_predict(sweep / str(k), str(smiles), tmp_path / f"m{k}.csv")
+        members.append(_column(tmp_path / f"m{k}.csv", "y"))
+    mean = [(a + b) / 2 for a, b in zip(*members, strict=True)]
+    assert [float(r["y"]) for r in rows] == pytest.approx(mean, rel=1e-5)
+    spread = [abs(a - b) / 2 for a, b in zip(*members, strict=True)]
+    assert [float(r["y_std"]) for r in rows] == pytest.approx(spread, rel=1e-4, abs=1e-6)
+    errors = [(m - float(r["label_y"])) ** 2 for m, r in zip(mean, rows, strict=True)]
+    assert result["ensemble"]["rmse"] == pytest.approx((sum(errors) / len(errors)) ** 0.5, rel=1e-5)
+    assert 0 <= result["ensemble"]["coverage90"] <= 1
+    assert (sweep / "ensemble.md").read_text().count("| seed ") == 2
