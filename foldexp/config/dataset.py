@@ -75,6 +75,8 @@ class MoleculeSplit(str, Enum):
     column = "column"
     kfold = "kfold"  # fold dataset.fold of dataset.folds is test (foldexp.data.folds)
     scaffold_kfold = "scaffold_kfold"  # the same, whole scaffold groups a fold
+    kmeans = "kmeans"  # whole k-means clusters of Morgan fingerprints (data/fingerprint_splits)
+    kennard_stone = "kennard_stone"  # the Kennard–Stone order of the fingerprints, train first
 
 
 class MoleculeFeatures(str, Enum):
@@ -183,11 +185,14 @@ class MoleculeDataConfig:
     # error | skip: a SMILES RDKit cannot read stops the run, or is left out with a warning
     on_invalid: OnInvalid = OnInvalid.error
     # random (seeded) | scaffold (Bemis-Murcko groups; seed unused) | column | kfold (seeded) |
-    # scaffold_kfold (scaffold groups): fold `fold` of `folds` is test, dev from the others
+    # scaffold_kfold (scaffold groups): fold `fold` of `folds` is test, dev from the others |
+    # kmeans (seeded; whole clusters a part) | kennard_stone (deterministic; Jaccard distance)
     split: MoleculeSplit = MoleculeSplit.random
     folds: int = ranged(5, ge=2, le=100)  # split=kfold|scaffold_kfold: the number of folds
     # split=kfold|scaffold_kfold: the test fold, 0..folds-1 (-m dataset.fold=0,1,2,3,4 runs all)
     fold: int = ranged(0, ge=0, le=99)
+    # split=kmeans: the number of clusters (0: molecules // 10 + 1, astartes's default)
+    clusters: int = count(0, MAX_EXAMPLES, 0)
     # split=column: the column saying train, valid (or dev) or test on each row
     split_column: str | None = None
     # train / dev / test shares (split=column with train/test only: dev's share of train)

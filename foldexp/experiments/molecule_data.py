@@ -32,19 +32,18 @@ import numpy as np
 from foldexp.config import enum_value
 from foldexp.config.errors import ConfigError
 from foldexp.data.errors import FormatError, MoleculeError
-from foldexp.data.folds import kfold_split, scaffold_kfold_split
 from foldexp.data.molecule_csv import (
     MAX_ATOMS,
     MAX_SMILES_CHARS,
-    read_csv_column,
     record_lines,
 )
 from foldexp.data.molecule_graphs import MoleculeDataset, MoleculeGraph
 from foldexp.data.molecules import FETCHABLE, load_molecule_csv, not_found
-from foldexp.data.splits import column_split, random_split, scaffold_split, take
+from foldexp.data.splits import take
 from foldexp.experiments.csv_columns import missing_columns
 from foldexp.experiments.datasets import DataBundle
 from foldexp.experiments.molecule_features import check_features, features_info, molecule_inputs
+from foldexp.experiments.molecule_parts import MOLECULE_SPLITS, split_parts
 from foldexp.experiments.molecule_targets import default_targets
 
 __all__ = ["molecules_csv", "molecule_inputs"]
@@ -52,7 +51,6 @@ __all__ = ["molecules_csv", "molecule_inputs"]
 log = logging.getLogger(__name__)
 
 _SPLITS = ("train", "dev", "test")
-_KFOLD = ("kfold", "scaffold_kfold")
 _SHOW_BAD_LABELS = 3  # rows named when classification labels are not 0/1
 
 
@@ -85,7 +83,7 @@ def _check_keys(
     checks = {
         "task": (task, ("auto", "regression", "classification")),
         "on_invalid": (on_invalid, ("error", "skip")),
-        "split": (split, ("random", "scaffold", "column", *_KFOLD)),
+        "split": (split, MOLECULE_SPLITS),
     }
     for key, (value, allowed) in checks.items():
         if value not in allowed:
@@ -185,31 +183,6 @@ def _check_binary(dataset: MoleculeDataset, n: int) -> None:
     )
 
 
-def _parts(
-    dataset: MoleculeDataset,
-    graphs: list[MoleculeGraph],
-    split: str,
-    split_column: str | None,
-    fractions: tuple[float, ...],
-    seed: int,
-    folds: tuple[int, int] = (5, 0),
-) -> tuple[np.ndarray, ...]:
-    if split == "random":
-        return random_split(len(graphs), fractions, seed=seed)
-    if split == "scaffold":
-        return scaffold_split([g.smiles for g in graphs], fractions)
-    if split == "kfold":
-        return kfold_split(len(graphs), *folds, fractions, seed)
-    if split == "scaffold_kfold":
-        return scaffold_kfold_split([g.smiles for g in graphs], *folds, fractions)
-    values = read_csv_column(dataset.source, str(split_column))
-    rows = [int(r) for r in dataset.rows[: len(graphs)]]
-    where = f"{dataset.source}: column {split_column!r}"
-    lines = record_lines(dataset.source, rows)
-    labels = [values[r] for r in rows]
-    return column_split(labels, rows, fractions, seed, where, [lines[r] for r in rows])
-
-
 def _check_labelled(
     dataset: MoleculeDataset,
     parts: tuple[np.ndarray, ...],
@@ -288,6 +261,7 @@ def molecules_csv(
     fold: int = 0,
     features: Sequence[str] = (),
     feature_columns: Sequence[str] = (),
+    clusters: int = 0,
 ) -> DataBundle:
     """A molecule CSV featurised into graphs and split (the ``dataset.*`` keys, see the module
     docstring and ``foldexp.config.MoleculeDataConfig``).
@@ -297,7 +271,8 @@ def molecules_csv(
     ``target_mean`` / ``target_std`` (regression: over the labelled training entries; 0 / 1 for
     classification), ``pos_weight`` (classification with ``balance``, else ``None``) and
     ``target_units`` (``units``: one per target, or ``None``).
-    ``folds``, ``fold``: ``split=kfold|scaffold_kfold`` (``foldexp.data.folds``).
+    ``folds``, ``fold``: ``split=kfold|scaffold_kfold`` (``foldexp.data.folds``);
+    ``clusters``: ``split=kmeans`` (``foldexp.experiments.molecule_parts``).
     ``features``, ``feature_columns``: ``foldexp.experiments.molecule_features``.
     ``trained``: a trained run's ``info`` (``foldexp eval``): a split of one class is scored
     (its AUCs are not defined), not refused, and the training split may be empty.
@@ -325,7 +300,9 @@ def molecules_csv(
                 )
         if task == "classification":
             _check_binary(dataset, len(graphs))
-        parts = _parts(dataset, graphs, split, split_column, fractions, seed, (folds, fold))
+        parts = split_parts(
+            dataset, graphs, split, split_column, fractions, seed, (folds, fold), clusters
+        )
     except FormatError:
         random = "or cut the file at random: dataset.split=random dataset.split_column=null"
         named = missing_columns(Path(path), columns, {"dataset.split_column": random})
