@@ -8,8 +8,9 @@ temperature a task (each task's loss depends on its own only), ``shared`` one fo
 ``results.json`` (``temperature``), and ``predict`` and ``eval`` apply them; a ranking does
 not change (ROC-AUC and PRC-AUC are the same), the probabilities do.
 
-The calibration error reported (``ece``; ``ece_uncalibrated`` with ``T = 1``) is the expected
-calibration error with 10 equal-width bins of each task's positive probability over its
+The calibration error reported once the temperatures are fitted (on test in ``results.json``,
+and by ``eval``; ``ece``, and ``ece_uncalibrated`` with ``T = 1``) is the expected calibration
+error with 10 equal-width bins of each task's positive probability over its
 labelled molecules, ``Σ_b (n_b / n) |mean label_b − mean probability_b|``; the mean over tasks,
 and per task (``_<target>``) when there are several.
 """
@@ -127,11 +128,13 @@ def temperature_metrics(
 
 
 def calibration_metrics(model: Any, sums: Any) -> dict[str, float]:
-    """A molecule classifier's ``temperature_metrics`` over a split's ``sums`` (its
-    temperatures, or 1 without)."""
-    if "logit" not in sums:
+    """A molecule classifier's ``temperature_metrics`` over a split's ``sums``, once its
+    temperatures are fitted (``{}`` before: during training they are 1, and the two ECEs
+    would be one curve; a run without temperatures has none)."""
+    temperature = getattr(model, "temperature", None)
+    if "logit" not in sums or temperature is None or bool((temperature == 1).all()):
         return {}
-    temperature = getattr(model, "temperature", torch.ones(len(model.target_names))).cpu()
+    temperature = temperature.detach().cpu()
     logits, labels = torch.as_tensor(sums["logit"]), torch.as_tensor(sums["label"])
     labelled = torch.as_tensor(sums["labelled"]).bool()
     return temperature_metrics(logits, labels, labelled, temperature, model._suffixes)

@@ -92,6 +92,9 @@ def test_run_fits_temperature_on_dev_and_predict_applies_it(tmp_path: Path) -> N
     assert 0 <= results["test_ece"] <= 1 and 0 <= results["test_ece_uncalibrated"] <= 1
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["temperature"] == [t]
+    # during training T = 1: no ECE a epoch (it would equal the uncalibrated one)
+    header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0]
+    assert "dev_roc_auc" in header and "ece" not in header
     run = load_trained(tmp_path / "run")
     assert run.model.temperature.item() == pytest.approx(t)
     out = tmp_path / "pred.csv"
