@@ -217,6 +217,9 @@ class MoleculeDataConfig:
     features: list[MoleculeFeatures] = field(default_factory=list)
     # [C1, C2, ...]: the CSV's own numeric columns as features too (predict's input needs them)
     feature_columns: list[str] = field(default_factory=list)
+    # standardised features are clipped to ±feature_clip: a molecule far outside the training
+    # range (Kappa3 of isopropanol: 350 std) stays within it; null = not clipped
+    feature_clip: float | None = ranged(10.0, gt=0, le=1e6, none_ok=True)
 
 
 @dataclass

@@ -259,8 +259,9 @@ def molecules_csv(
     max_smiles_chars: int = MAX_SMILES_CHARS,
     folds: int = 5,
     fold: int = 0,
-    features: Sequence[str] = (),
+    features: Sequence[str] = (),  # features, feature_*: experiments/molecule_features.py
     feature_columns: Sequence[str] = (),
+    feature_clip: float | None = 10.0,
     clusters: int = 0,
 ) -> DataBundle:
     """A molecule CSV featurised into graphs and split (the ``dataset.*`` keys, see the module
@@ -273,7 +274,6 @@ def molecules_csv(
     ``target_units`` (``units``: one per target, or ``None``).
     ``folds``, ``fold``: ``split=kfold|scaffold_kfold`` (``foldexp.data.folds``);
     ``clusters``: ``split=kmeans`` (``foldexp.experiments.molecule_parts``).
-    ``features``, ``feature_columns``: ``foldexp.experiments.molecule_features``.
     ``trained``: a trained run's ``info`` (``foldexp eval``): a split of one class is scored
     (its AUCs are not defined), not refused, and the training split may be empty.
     """
@@ -317,7 +317,7 @@ def molecules_csv(
             f"{len(test)}); check dataset.limit, the split fractions or the files"
         )
     info = _info(graphs[0], train, targets, task, units, balance)
-    info.update(features_info(extra, graphs, train, dataset.rows))
+    info.update(features_info(extra, graphs, train, dataset.rows, feature_clip))
     return DataBundle(train, dev, test, info)
 
 

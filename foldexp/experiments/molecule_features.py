@@ -4,8 +4,9 @@ them; ``foldexp.models.extra_features`` standardises and joins them to the reado
 
 ``check_features`` reads the keys (each name once; for ``foldexp eval`` the trained run's
 features, name for name); ``features_info`` gives ``info``'s ``feature_names``,
-``feature_mean`` and ``feature_std`` over the training split only; ``with_features`` gives
-predict's molecules their features, a user's columns read from the input's other cells.
+``feature_mean`` and ``feature_std`` over the training split only, and ``feature_clip``;
+``with_features`` gives predict's molecules their features, a user's columns read from the
+input's other cells.
 """
 
 from __future__ import annotations
@@ -54,14 +55,17 @@ def features_info(
     graphs: Sequence[MoleculeGraph],
     train: Sequence[MoleculeGraph],
     rows: Sequence[int],
-) -> dict[str, list]:
-    """``info``'s feature entries (none without features): names, and each feature's mean and
-    std over ``train`` alone; a feature not finite for some of ``graphs`` is warned about."""
+    clip: float | None = None,
+) -> dict[str, Any]:
+    """``info``'s feature entries (none without features): names, each feature's mean and std
+    over ``train`` alone, and ``feature_clip`` (``clip``: the standardised values' bound); a
+    feature not finite for some of ``graphs`` is warned about."""
     if not any(extra.values()):
         return {}
     values = np.stack([g.features for g in graphs])
     train_values = np.stack([g.features for g in train]) if train else values[:0]
-    return feature_info(feature_names(*extra.values()), values, train_values, rows)
+    info = feature_info(feature_names(*extra.values()), values, train_values, rows)
+    return {**info, "feature_clip": None if clip is None else float(clip)}
 
 
 def run_features(dataset: Mapping[str, Any]) -> tuple[list[str], list[str]]:

@@ -124,8 +124,8 @@ class DMPNNModel(MoleculeTaskModel):
         uncertainty, evidential_weight, temperature: as ``WeaveModel``'s.
         init_from, freeze: a trained run whose encoder starts this one; ``encoder``: train the
             head only (``foldexp.models.transfer``).
-        feature_mean, feature_std: molecule features joined to the readout, the FFN's input
-            ``hidden_size + F`` wide (``foldexp.models.extra_features``).
+        feature_mean, feature_std, feature_clip: molecule features joined to the readout, the
+            FFN's input ``hidden_size + F`` wide (``foldexp.models.extra_features``).
     """
 
     def __init__(
@@ -150,8 +150,10 @@ class DMPNNModel(MoleculeTaskModel):
         freeze: str = "none",
         feature_mean: Sequence[float] | None = None,
         feature_std: Sequence[float] | None = None,
+        feature_clip: float | None = None,
     ) -> None:
         super().__init__()
+        self.feature_clip = feature_clip  # standardised features within ±this (None: unclipped)
         if depth < 1 or ffn_layers < 1:
             raise ValueError(f"depth and ffn_layers must be >= 1, got {depth}, {ffn_layers}")
         heads = (uncertainty, evidential_weight, temperature)

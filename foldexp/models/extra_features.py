@@ -5,9 +5,12 @@ A molecule's features arrive raw (``MoleculeGraph.features``, NaN where RDKit ga
 value); the model standardises them with the training split's mean and standard deviation,
 which it holds as buffers (``feature_mean``, ``feature_std``: saved in ``best.pt``, so
 ``predict``, ``eval`` and ``fingerprint`` apply the same statistics to new molecules), puts 0
-(the training mean) where a value is missing, and concatenates them to the readout before the
-head, as chemprop v2 joins its extra descriptors: the head's input grows by ``F``. A model
-without features has no buffers and its head is unchanged.
+(the training mean) where a value is missing, clips them to ``±feature_clip`` standard
+deviations (``dataset.feature_clip``, 10 by default: one descriptor of a molecule far outside
+the training range, such as RDKit's Kappa3 of isopropanol at 350, would otherwise swamp the
+head), and concatenates them to the readout before the head, as chemprop v2 joins its extra
+descriptors: the head's input grows by ``F``. A model without features has no buffers and its
+head is unchanged.
 """
 
 from __future__ import annotations
@@ -48,8 +51,8 @@ def batch_features(molecules: Sequence[Any]) -> torch.Tensor | None:
 def join_features(
     model: nn.Module, readout: torch.Tensor, features: torch.Tensor | None
 ) -> torch.Tensor:
-    """``(M, D + F)``: ``readout`` then the standardised features (0 where not finite); the
-    readout itself for a model without features."""
+    """``(M, D + F)``: ``readout`` then the standardised features (0 where not finite, within
+    ``±model.feature_clip`` unless it is ``None``); the readout itself without features."""
     size = getattr(model, "feature_size", 0)
     if not size:
         return readout
@@ -61,7 +64,9 @@ def join_features(
         )
     x = features.to(readout.device, readout.dtype)
     z = (x - model.feature_mean) / model.feature_std
-    return torch.cat([readout, torch.where(torch.isfinite(z), z, torch.zeros_like(z))], 1)
+    z = torch.where(torch.isfinite(z), z, torch.zeros_like(z))
+    clip = getattr(model, "feature_clip", None)
+    return torch.cat([readout, z if clip is None else z.clamp(-clip, clip)], 1)
 
 
 def mlp_head(

@@ -280,6 +280,8 @@ class WeaveModel(MoleculeTaskModel):
             :func:`weave_network`.
         uncertainty, evidential_weight: ``none``, ``mve`` or ``evidential`` and its ``λ``
             (regression: ``foldexp.models.uncertainty``).
+        feature_mean, feature_std, feature_clip: molecule features joined to the pooled
+            readout; the MLP is then torch's, ``graph_size + F`` wide (``extra_features``).
         temperature: ``none``, ``per_task`` or ``shared`` (classification:
             ``foldexp.models.temperature``).
     """
@@ -307,8 +309,10 @@ class WeaveModel(MoleculeTaskModel):
         temperature: str = "none",
         feature_mean: Sequence[float] | None = None,
         feature_std: Sequence[float] | None = None,
+        feature_clip: float | None = None,
     ) -> None:
         super().__init__()
+        self.feature_clip = feature_clip  # standardised features within ±this (None: unclipped)
         heads = (uncertainty, evidential_weight, temperature)
         self._init_targets(
             num_targets, target_mean, target_std, task, target_names, pos_weight, *heads

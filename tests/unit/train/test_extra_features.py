@@ -17,7 +17,7 @@ from rdkit import Chem
 from foldexp.cli import main
 from foldexp.data.mol_features import molecule_features
 from foldexp.experiments.molecule_features import molecule_inputs
-from foldexp.models.extra_features import join_features
+from foldexp.models.extra_features import init_features, join_features
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
 from foldexp.train.runs import load_trained
@@ -61,6 +61,7 @@ def test_dmpnn_with_features_predicts_what_the_model_computes(tmp_path: Path) ->
     assert n == model.feature_size == len(Chem.Descriptors.descList) + 1
     assert model.ffn[1].in_features == 12 + n  # the FFN reads readout and features
     np.testing.assert_allclose(model.feature_mean.numpy(), info["feature_mean"], rtol=1e-6)
+    assert info["feature_clip"] == model.feature_clip == 10.0  # dataset.feature_clip's default
     assert 0 < info["feature_mean"][-1] < 4  # the column's values are 0 … 4
     rows = _predict(tmp_path, run_dir, "smiles,own,id\nCCO,2.5,a\nc1ccccc1O,-1,b\n")
     assert rows[0] == ["smiles", "own", "id", "y", "error"]
@@ -70,7 +71,7 @@ def test_dmpnn_with_features_predicts_what_the_model_computes(tmp_path: Path) ->
         mol = Chem.MolFromSmiles(smiles)
         raw = np.concatenate([molecule_features(mol, ["rdkit2d"]), [value]]).astype(np.float32)
         z = (torch.from_numpy(raw) - model.feature_mean) / model.feature_std
-        z = torch.where(torch.isfinite(z), z, torch.zeros_like(z))
+        z = torch.where(torch.isfinite(z), z, torch.zeros_like(z)).clamp(-10, 10)
         graph = molecule_inputs([smiles])[0][0]  # the graph without features: encode only
         with torch.no_grad():
             h = model.encode(model.collate([graph]))
@@ -118,3 +119,13 @@ def test_predict_needs_the_feature_columns(
     err = capsys.readouterr().err
     assert f"{tmp_path / 'none.csv'}: no column 'own' in the header" in err
     assert err.count("\n") == 1
+
+
+def test_standardised_features_are_clipped_and_missing_ones_take_the_mean() -> None:
+    module = torch.nn.Module()
+    assert init_features(module, [0.0, 1.0, 2.0], [1.0, 2.0, 4.0]) == 3
+    raw = torch.tensor([[500.0, float("nan"), -2.0]])
+    module.feature_clip = 10.0
+    assert join_features(module, torch.ones(1, 1), raw).tolist() == [[1.0, 10.0, 0.0, -1.0]]
+    module.feature_clip = None  # dataset.feature_clip=null
+    assert join_features(module, torch.ones(1, 1), raw).tolist() == [[1.0, 500.0, 0.0, -1.0]]
