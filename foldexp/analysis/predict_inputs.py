@@ -56,20 +56,23 @@ def input_reader(run: TrainedRun, source: str = "<input>") -> tuple[str | None, 
     target = str(dataset.get("_target_", ""))
     if "smiles_column" in dataset:
         from foldexp.experiments.molecule_features import molecule_inputs, run_features
+        from foldexp.experiments.molecule_set_inputs import run_smiles_columns, set_inputs
 
         limits = (
             int(dataset.get("max_atoms", MAX_ATOMS)),
             int(dataset.get("max_smiles_chars", MAX_SMILES_CHARS)),
         )
         extra = run_features(dataset)
+        columns = run_smiles_columns(dataset)  # several: a row's molecules, one a column
 
         def molecules(
             values: list[str], lines: list[int], cells: list[Mapping[str, str]] | None = None
         ) -> Parsed:
             where = [f"{source}:{line}" for line in lines]
-            return molecule_inputs(values, *limits, extra, cells, where)
+            first = molecule_inputs(values, *limits, extra, cells, where)
+            return first if len(columns) == 1 else set_inputs(first, columns, cells, limits)
 
-        return str(dataset["smiles_column"]), molecules
+        return columns[0], molecules
     if "text_column" in dataset:
         from foldexp.experiments.text_data import text_inputs
 
@@ -109,7 +112,15 @@ def _expressions(lines: list[str], _: list[int], __: Any = None) -> Parsed:
 def check_columns(run: TrainedRun, kept: Sequence[str], source: str) -> None:
     """Refuses an input without a column the run's features read (``dataset.feature_columns``),
     naming the file, the column and the columns it has."""
-    wanted = run.config["dataset"].get("feature_columns") or ()
+    dataset = run.config["dataset"]
+    smiles = dataset.get("smiles_column")
+    for column in [] if isinstance(smiles, str) or not smiles else list(smiles)[1:]:
+        if str(column) not in kept:  # several molecules a row: each column holds one
+            raise ValueError(
+                f"{source}: no column {column!r} in the header; the run reads a molecule from it "
+                f"(dataset.smiles_column={list(smiles)}); the other columns are {list(kept)}"
+            )
+    wanted = dataset.get("feature_columns") or ()
     missing = [str(c) for c in wanted if str(c) not in kept]
     if missing:
         raise ValueError(

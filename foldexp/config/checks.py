@@ -27,6 +27,7 @@ from omegaconf.errors import OmegaConfBaseException, ValidationError
 
 from foldexp import config as schemas
 from foldexp.config.errors import ConfigError, MissingFileError, unknown_key
+from foldexp.config.molecule_columns import check_smiles_columns
 from foldexp.config.targets import (
     DATASET_SCHEMAS,
     EXAMPLES,
@@ -67,6 +68,7 @@ def check_config(cfg: DictConfig | Mapping[str, Any], files: bool = True) -> Non
         schema = schema_for(str(sub.get("_target_")))
         if group == "model":
             _check_examples(node.get("dataset"), sub)
+            check_smiles_columns(node.get("dataset"), sub)
         if schema is not None:
             _check_node(group, sub, schema, cfg)
             _check_folds(group, sub)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -175,7 +176,9 @@ class MoleculeDataConfig:
     _target_: str = "foldexp.experiments.molecule_data.molecules_csv"
     name: str = "molecules_csv"  # shown in results
     path: str = a_path(MISSING)  # the CSV or CSV.gz file (comma, tab or semicolon separated; UTF-8)
-    smiles_column: str = "smiles"  # the column holding SMILES
+    # the column holding SMILES, or [C1, C2] (up to 4): several molecules a row (solute,
+    # solvent), each encoded, the readouts joined (model=dmpnn; foldexp.config.molecule_columns)
+    smiles_column: Any = "smiles"
     # [T1, T2, ...]: one column per target; empty, nan or NA = missing; unset: the numeric
     # columns but SMILES, split and ID-like ones (experiments/molecule_targets.py), logged
     targets: list[str] = MISSING

@@ -183,6 +183,9 @@ class DMPNNModelConfig:
     # is new (foldexp.models.transfer)
     init_from: str | None = a_path(None)
     freeze: Freeze = Freeze.none  # none | encoder: train the head only (needs init_from)
+    # with dataset.smiles_column=[a, b]: one encoder for every column (true) or one a column
+    # (false, chemprop's default); the readouts are concatenated before the head
+    shared_encoder: bool = False
 
 
 @dataclass

@@ -31,6 +31,7 @@ import numpy as np
 
 from foldexp.config import enum_value
 from foldexp.config.errors import ConfigError
+from foldexp.config.molecule_columns import smiles_columns
 from foldexp.data.errors import FormatError, MoleculeError
 from foldexp.data.molecule_csv import (
     MAX_ATOMS,
@@ -38,6 +39,7 @@ from foldexp.data.molecule_csv import (
     record_lines,
 )
 from foldexp.data.molecule_graphs import MoleculeDataset, MoleculeGraph
+from foldexp.data.molecule_sets import load_molecule_sets
 from foldexp.data.molecules import FETCHABLE, load_molecule_csv, not_found
 from foldexp.data.splits import take
 from foldexp.experiments.csv_columns import missing_columns
@@ -107,7 +109,7 @@ def _check_keys(
 
 def _load(
     path: Path,
-    smiles_column: str,
+    smiles_column: str | list[str],
     targets: list[str],
     on_invalid: str,
     cache_dir: str | None,
@@ -120,9 +122,11 @@ def _load(
         raise FileNotFoundError(f"dataset.path={path}: no such file")
     if cache_dir is not None:  # a folder of the user's is written: say which
         log.info("featurised molecules are cached in %s (paths.cache_dir)", cache_dir)
-    return load_molecule_csv(
+    smiles_column = smiles_columns(smiles_column)  # a list: several molecules a row
+    load = load_molecule_csv if isinstance(smiles_column, str) else load_molecule_sets
+    return load(
         path,
-        smiles_column=smiles_column,
+        smiles_column=smiles_column,  # type: ignore[arg-type]
         target_columns=targets,
         on_invalid="raise" if on_invalid == "error" else "skip",
         cache_dir=cache_dir,
@@ -242,7 +246,7 @@ def _pos_weight(train: list[MoleculeGraph]) -> list[float]:
 def molecules_csv(
     path: str,
     targets: Sequence[str],
-    smiles_column: str = "smiles",
+    smiles_column: str | Sequence[str] = "smiles",
     task: str = "auto",
     on_invalid: str = "error",
     split: str = "random",
@@ -272,8 +276,7 @@ def molecules_csv(
     ``target_mean`` / ``target_std`` (regression: over the labelled training entries; 0 / 1 for
     classification), ``pos_weight`` (classification with ``balance``, else ``None``) and
     ``target_units`` (``units``: one per target, or ``None``).
-    ``folds``, ``fold``: ``split=kfold|scaffold_kfold`` (``foldexp.data.folds``);
-    ``clusters``: ``split=kmeans`` (``foldexp.experiments.molecule_parts``).
+    ``folds``, ``fold``, ``clusters``: ``split=kfold|scaffold_kfold|kmeans`` (``molecule_parts``).
     ``trained``: a trained run's ``info`` (``foldexp eval``): a split of one class is scored
     (its AUCs are not defined), not refused, and the training split may be empty.
     """
@@ -345,7 +348,10 @@ def _info(
     balance: bool,
 ) -> dict[str, Any]:
     """``bundle.info`` (see ``molecules_csv``): feature sizes from ``first``, the targets'
-    statistics over ``train`` (regression) and the positives' weight (``balance``)."""
+    statistics over ``train`` (regression) and the positives' weight (``balance``); with
+    several molecules a row (``MoleculeSet``), ``molecules``: how many."""
+    molecules = getattr(first, "molecules", (first,))
+    first = molecules[0]
     if task == "regression" and train:
         mean, std = _statistics(train)
     else:
@@ -360,4 +366,5 @@ def _info(
         "target_names": targets,
         "pos_weight": _pos_weight(train) if balance and train else None,
         "target_units": [str(u) for u in units] if units is not None else None,
+        **({"molecules": len(molecules)} if len(molecules) > 1 else {}),
     }

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from foldexp.models.extra_features import batch_features, init_features, join_features
+from foldexp.models.molecule_sets import collate_sets, column_encoders, molecules_of
 from foldexp.models.transfer import check_freeze, load_encoder
 from foldexp.models.transfer import freeze as freeze_encoder
 from foldexp.models.weave import MoleculeTaskModel
@@ -43,7 +44,7 @@ __all__ = ["DMPNNModel", "BondGraph", "directed_bonds", "BOND_TYPE_COLUMNS"]
 #: bonded when one of them is set.
 BOND_TYPE_COLUMNS = slice(1, 6)
 #: The encoder's modules (message passing); ``ffn`` is the head.
-ENCODER = ("w_i", "w_h", "w_o")
+ENCODER = ("w_i", "w_h", "w_o", "column_encoders")  # the last: other SMILES columns' own
 log = logging.getLogger(__name__)
 
 
@@ -105,6 +106,11 @@ def _bond_graph(molecules: Sequence[Any]) -> BondGraph:
     )
 
 
+def _copy_shape(layer: nn.Linear) -> nn.Linear:
+    """A new linear layer of ``layer``'s shape (and bias or none), freshly initialised."""
+    return nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None)
+
+
 def _into(index: torch.Tensor, values: torch.Tensor, rows: int) -> torch.Tensor:
     """``out[i] = Σ_{k: index[k] = i} values[k]`` for ``rows`` rows."""
     out = values.new_zeros(rows, values.shape[1])
@@ -126,6 +132,9 @@ class DMPNNModel(MoleculeTaskModel):
             head only (``foldexp.models.transfer``).
         feature_mean, feature_std, feature_clip: molecule features joined to the readout, the
             FFN's input ``hidden_size + F`` wide (``foldexp.models.extra_features``).
+        molecules, shared_encoder: molecules an example (``info``: SMILES columns a row), each
+            encoded, the readouts concatenated (``molecules × hidden_size`` before the FFN);
+            one encoder for all, or one a column (``foldexp.models.molecule_sets``).
     """
 
     def __init__(
@@ -151,6 +160,8 @@ class DMPNNModel(MoleculeTaskModel):
         feature_mean: Sequence[float] | None = None,
         feature_std: Sequence[float] | None = None,
         feature_clip: float | None = None,
+        molecules: int = 1,
+        shared_encoder: bool = False,
     ) -> None:
         super().__init__()
         self.feature_clip = feature_clip  # standardised features within ±this (None: unclipped)
@@ -161,12 +172,18 @@ class DMPNNModel(MoleculeTaskModel):
             num_targets, target_mean, target_std, task, target_names, pos_weight, *heads
         )
         self.depth = depth
-        self.encode_size = hidden_size  # encode()'s width: foldexp fingerprint's columns
+        self.molecules = molecules
+        self.encode_size = hidden_size * molecules  # encode()'s width: fingerprint's columns
         self.w_i = nn.Linear(atom_features + pair_features, hidden_size, bias=False)
         self.w_h = nn.Linear(hidden_size, hidden_size, bias=False)
         self.w_o = nn.Linear(atom_features + hidden_size, hidden_size)
+
+        def encoder() -> nn.ModuleDict:  # another column's: the same shapes as the first's
+            return nn.ModuleDict({k: _copy_shape(getattr(self, k)) for k in ENCODER[:3]})
+
+        self.column_encoders = column_encoders(molecules, shared_encoder, encoder)
         self.dropout = nn.Dropout(dropout)
-        width = hidden_size + init_features(self, feature_mean, feature_std)  # the FFN's input
+        width = self.encode_size + init_features(self, feature_mean, feature_std)  # FFN's input
         layers: list[nn.Module] = []
         for k in range(ffn_layers - 1):
             wide = width if k == 0 else hidden_size
@@ -184,27 +201,41 @@ class DMPNNModel(MoleculeTaskModel):
             copied = load_encoder(self, setup.trained_model(self.init_from), ENCODER, where)
             log.info("%s: the encoder's %d weights start from that run", where, copied)
 
-    def collate(self, molecules: Sequence[Any]) -> BondGraph:
-        """The batch's bond graph (numpy and index arithmetic only: safe in DataLoader workers)."""
-        return _bond_graph(molecules)
+    def collate(self, molecules: Sequence[Any]) -> Any:
+        """The batch's bond graph (numpy and index arithmetic only: safe in DataLoader workers);
+        with several molecules an example, one a column (``molecule_sets.SetBatch``)."""
+        sets = collate_sets(molecules, _bond_graph, self.molecules)
+        return _bond_graph(molecules) if sets is None else sets
 
     def example_size(self, molecule: Any) -> int:
-        """The work of one molecule (balances DDP shards): its atoms."""
-        return int(molecule.atom_features.shape[0])
+        """The work of one example (balances DDP shards): its molecules' atoms."""
+        return sum(int(m.atom_features.shape[0]) for m in molecules_of(molecule))
 
-    def encode(self, graph: BondGraph) -> torch.Tensor:
-        """``(M, hidden_size)``: each molecule's sum of atom states."""
-        device, dtype = self.w_i.weight.device, self.w_i.weight.dtype
+    def encode(self, graph: Any) -> torch.Tensor:
+        """``(M, molecules × hidden_size)``: each molecule's sum of atom states, the columns'
+        side by side (each column through its encoder)."""
+        if self.molecules == 1:
+            return self._encode(graph, self.w_i, self.w_h, self.w_o)
+        encoders = [{k: getattr(self, k) for k in ENCODER[:3]}, *(self.column_encoders or ())]
+        encoders += [encoders[0]] * (self.molecules - len(encoders))  # shared: the first's
+        return torch.cat(
+            [self._encode(p, e["w_i"], e["w_h"], e["w_o"]) for p, e in zip(graph.parts, encoders)],
+            1,
+        )
+
+    def _encode(self, graph: BondGraph, w_i: nn.Module, w_h: nn.Module, w_o: nn.Module) -> Any:
+        """``(M, hidden_size)``: one batch of molecules through one encoder."""
+        device, dtype = w_i.weight.device, w_i.weight.dtype
         atoms, bonds = graph.atoms.to(device, dtype), graph.bonds.to(device, dtype)
         source, target = graph.source.to(device), graph.target.to(device)
         reverse = graph.reverse.to(device)
-        start = torch.relu(self.w_i(bonds))
+        start = torch.relu(w_i(bonds))
         h = start
         for _ in range(self.depth - 1):
             into_atom = _into(target, h, len(atoms))  # Σ of the bonds entering each atom
             message = into_atom[source] - h[reverse]  # ... entering v, but w→v
-            h = self.dropout(torch.relu(start + self.w_h(message)))
-        atom_h = torch.relu(self.w_o(torch.cat([atoms, _into(target, h, len(atoms))], 1)))
+            h = self.dropout(torch.relu(start + w_h(message)))
+        atom_h = torch.relu(w_o(torch.cat([atoms, _into(target, h, len(atoms))], 1)))
         atom_h = self.dropout(atom_h)
         return _into(graph.molecule.to(device), atom_h, graph.size)
 

@@ -28,6 +28,7 @@ import torch
 from foldexp.config import MAX_CLASSES, MAX_WIDTH
 from foldexp.config.checks import check_run_config
 from foldexp.config.errors import ConfigError
+from foldexp.config.molecule_columns import MAX_MOLECULES
 from foldexp.experiments.build import build_dataset, build_model, meta_model, plain_config
 from foldexp.kernels import flush_denormals
 from foldexp.train.artifacts import read_verified_json, write_json
@@ -77,6 +78,7 @@ _COUNTS = {
     "num_targets": MAX_WIDTH,
     "atom_features": MAX_WIDTH,
     "pair_features": MAX_WIDTH,
+    "molecules": MAX_MOLECULES,  # SMILES columns a row (dataset.smiles_column)
 }
 _MAX_MATRIX = 2**31  # elements of a matrix named by its shape (pretrained vectors: rows x dims)
 
