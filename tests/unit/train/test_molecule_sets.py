@@ -155,3 +155,33 @@ def test_scaffold_split_reads_the_first_column(tmp_path: Path) -> None:
         (bundle.train, bundle.dev, bundle.test), (single.train, single.dev, single.test)
     ):
         assert [e.smiles for e in part] == [g.smiles for g in alone]
+
+
+def test_each_column_is_cached_under_its_own_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _csv(tmp_path)
+    columns = ["solute", "solvent"]
+    first = load_molecule_sets(
+        path, smiles_column=columns, target_columns=["y"], cache_dir=tmp_path / "c"
+    )
+    assert len(list((tmp_path / "c").glob("pairs-*.npz"))) == 2  # one a column
+    from foldexp.data import featurize
+
+    def no_rdkit(*_: object) -> None:
+        raise AssertionError("featurised again: the cache was not read")
+
+    monkeypatch.setattr(featurize, "featurize_mol", no_rdkit)
+    again = load_molecule_sets(
+        path, smiles_column=columns, target_columns=["y"], cache_dir=tmp_path / "c"
+    )
+    assert [s.molecules[1].smiles for s in again] == [s.molecules[1].smiles for s in first]
+    assert all(
+        (a.molecules[1].atom_features == b.molecules[1].atom_features).all()
+        for a, b in zip(first, again, strict=True)
+    )
+    # the columns swapped: other molecules first, from the same two cache files
+    swapped = load_molecule_sets(
+        path, smiles_column=columns[::-1], target_columns=["y"], cache_dir=tmp_path / "c"
+    )
+    assert [s.smiles for s in swapped] == SOLVENTS
