@@ -185,3 +185,17 @@ def test_each_column_is_cached_under_its_own_key(
         path, smiles_column=columns[::-1], target_columns=["y"], cache_dir=tmp_path / "c"
     )
     assert [s.smiles for s in swapped] == SOLVENTS
+
+
+def test_init_from_a_one_molecule_run(tmp_path: Path) -> None:
+    path = _csv(tmp_path)
+    single = [a for a in _args(tmp_path, path) if "smiles_column" not in a]
+    run_train(compose_config([*single, "dataset.smiles_column=solute"], tmp_path / "one"))
+    source = load_trained(tmp_path / "one").model.state_dict()
+    start = f"model.init_from={tmp_path / 'one'}"
+    shared = _args(tmp_path, path, start, "model.shared_encoder=true", "model.freeze=encoder")
+    run_train(compose_config(shared, output_dir=tmp_path / "shared"))
+    state = load_trained(tmp_path / "shared").model.state_dict()
+    assert all(torch.equal(state[k], source[k]) for k in ("w_i.weight", "w_h.weight"))
+    with pytest.raises(ValueError, match=r"no parameter column_encoders\.0\.w_i\.weight"):
+        run_train(compose_config(_args(tmp_path, path, start), output_dir=tmp_path / "separate"))
