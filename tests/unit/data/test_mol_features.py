@@ -152,3 +152,18 @@ def test_the_cache_holds_features_under_their_names(
     assert [g.features.tolist() for g in own][:3] == [[0.0], [1.0], [2.0]]
     cached = load_molecule_csv(path, target_columns=["y"], cache_dir=cache, feature_columns=["own"])
     assert [g.features.tolist() for g in cached][:3] == [[0.0], [1.0], [2.0]]
+
+
+def test_a_salt_without_bcut_descriptors_warns_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RDKit gives no BCUT2D values for [Na+].[Cl-]: one warning line names them, how many
+    molecules and the first row; the statistics stay finite (over the finite values)."""
+    path = _csv(tmp_path, ["[Na+].[Cl-],1.0,3"])
+    with caplog.at_level("WARNING", logger="foldexp.data.mol_features"):
+        bundle = molecules_csv(str(path), ["y"], features=["rdkit2d"], fractions=[1.0, 0.0, 0.0])
+    warned = [r.getMessage() for r in caplog.records if "extra feature" in r.getMessage()]
+    assert len(warned) == 1 and "\n" not in warned[0]
+    assert "rdkit2d:BCUT2D_MWHI (1 molecules, first row 11)" in warned[0]
+    assert np.isfinite(bundle.info["feature_mean"]).all()
+    assert np.isfinite(bundle.info["feature_std"]).all()
