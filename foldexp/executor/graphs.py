@@ -123,9 +123,9 @@ def _fake_inputs(
 ) -> tuple[FakeTensorMode, list[Any]]:
     """Fake stand-ins of ``inputs`` in a mode of their own: only the arguments' first (row)
     dimension symbolic, so the tracer reasons about one unknown size, not every size (sizes
-    of equal value are not tied: ``duck_shape=False``)."""
-    shape_env = ShapeEnv(duck_shape=False) if dynamic else None
-    mode = FakeTensorMode(shape_env=shape_env)
+    of equal value are not tied: ``duck_shape=False``). A one-row capture has a shape
+    environment too, with no symbol in it: Inductor's graph cache needs one."""
+    mode = FakeTensorMode(shape_env=ShapeEnv(duck_shape=False))
     fakes = []
     for i, x in enumerate(inputs):
         if i < n_params or not dynamic or x.dim() == 0:

@@ -83,7 +83,10 @@ def compile_graph(gm: torch.fx.GraphModule, example: list[Any], backward: bool) 
     # was a third of a small graph's call. Random numbers (dropout) come from torch's own
     # generator, as the graphs run as they are draw them: Inductor's own stream is set up by
     # passes over the joint graph, which the tape's separate graphs do not go through.
-    with config.patch(size_asserts=False, fallback_random=True):
+    # Inductor's graph cache (a warm start's saving) keys symbolic sizes by the tracer's shape
+    # environment, which it finds in a tracing context: without one it compiles every time.
+    context = torch._guards.TracingContext(torch._guards.detect_fake_mode(example))
+    with config.patch(size_asserts=False, fallback_random=True), torch._guards.tracing(context):
         compiled = compile_fx_inner(gm, example, is_backward=backward)
     log.info("Inductor compiled a %s graph of %d nodes in %.1f s", "backward" if backward
              else "forward", len(gm.graph.nodes), time.perf_counter() - start)  # fmt: skip

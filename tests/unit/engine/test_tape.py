@@ -305,3 +305,13 @@ def test_inductor_compiles_the_tapes_graphs_and_the_step_is_unchanged(
     refused = [capture.refusal(op) for op in model.ops]
     assert refused == [None] * len(refused), refused
     assert (tmp_path / "home" / "inductor").is_dir()
+    # A warm start: captured afresh, every graph comes from Inductor's cache, none recompiled.
+    from torch._dynamo.utils import counters
+
+    for op in model.ops:
+        op.runtime.pop("captures", None)
+    counters["inductor"].clear()
+    assert _step(model, xs, "inductor")[0] == pytest.approx(got_loss, rel=1e-6)
+    assert counters["inductor"]["fxgraph_cache_hit"] > 0
+    assert counters["inductor"]["fxgraph_cache_miss"] == 0
+    assert counters["inductor"]["fxgraph_cache_bypass"] == 0
