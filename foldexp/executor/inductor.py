@@ -7,13 +7,22 @@ and checked by the kernel cache's rules before anything in it is loaded (this us
 else may write to it or to a folder above it), and every file in it likewise (no links, this
 user's, writable by nobody else). A cache that fails a check is not used and nothing is
 compiled: the graphs run as they are (``graphs``), said once in the log.
+
+A warm start loads each graph from that cache, but Inductor still probes the CPU's vector
+instruction sets in every process: it compiles a test and loads it in a child Python, about ten
+times (seconds on two cores). A probe that succeeded is remembered in the cache folder, keyed by
+the machine (CPU flags, compiler, torch, Python); one that failed is probed again next time.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
+import platform
 import stat
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,10 +32,11 @@ import torch
 from foldexp.kernels.library_files import UnsafeFolder, private_dir
 from foldexp.kernels.native import kernel_cache_dir
 
-__all__ = ["compile_graph", "inductor_cache_dir"]
+__all__ = ["compile_graph", "inductor_cache_dir", "remember_isa_probes"]
 
 log = logging.getLogger(__name__)
 _cache_ready: bool | None = None
+PROBES = "vec_isa_probes.json"
 
 
 def inductor_cache_dir() -> Path:
@@ -64,6 +74,7 @@ def _prepare_cache() -> bool:
             _cache_ready = False
             return False
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+        remember_isa_probes(path / PROBES)
         _cache_ready = True
     return _cache_ready
 
@@ -101,3 +112,75 @@ def compile_graph(gm: torch.fx.GraphModule, example: list[Any], backward: bool) 
         return out
 
     return run
+
+
+def _machine_key() -> str:
+    """What a probe's outcome depends on: the CPU's flags, the compiler, torch and Python."""
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    flags = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = next((line for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        pass
+    compiler = get_cpp_compiler()
+    try:
+        compiler_stamp = os.stat(compiler).st_mtime_ns
+    except OSError:
+        compiler_stamp = 0
+    parts = [platform.machine(), flags, compiler, str(compiler_stamp), torch.__version__]
+    return hashlib.sha256("\0".join([*parts, sys.executable]).encode()).hexdigest()
+
+
+def _read_probes(path: Path, machine: str) -> set[str]:
+    """The probes that succeeded on this machine; empty where the file is absent, another
+    machine's, or not what we write."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    ok = data.get("passed") if isinstance(data, dict) and data.get("machine") == machine else None
+    return {k for k in ok if isinstance(k, str)} if isinstance(ok, list) else set()
+
+
+def remember_isa_probes(path: Path) -> None:
+    """Makes Inductor's CPU instruction-set probes (``VecISA.check_build``) remember their
+    successes in ``path`` (a file in our private cache folder), so a warm start skips them.
+    Nothing changes where this torch has no such probe."""
+    try:
+        from torch._inductor import cpu_vec_isa
+    except ImportError:
+        return
+    probe = getattr(cpu_vec_isa.VecISA, "check_build", None)
+    if probe is None or getattr(probe, "remembered", None) == path:
+        return
+    probe = getattr(probe, "original", probe)
+    machine = _machine_key()
+    passed = _read_probes(path, machine)
+
+    def check_build(self: Any, code: str) -> bool:
+        key = hashlib.sha256(f"{self.build_arch_flags()}\0{code}".encode()).hexdigest()
+        if key in passed:
+            return True
+        ok = bool(probe(self, code))
+        if ok:
+            passed.add(key)
+            _write_probes(path, machine, passed)
+        return ok
+
+    check_build.remembered = path  # type: ignore[attr-defined]
+    check_build.original = probe  # type: ignore[attr-defined]
+    cpu_vec_isa.VecISA.check_build = check_build
+
+
+def _write_probes(path: Path, machine: str, passed: set[str]) -> None:
+    """Writes the file whole or not at all; a failure only costs the next start its probes."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"machine": machine, "passed": sorted(passed)}, f)
+        os.replace(tmp, path)
+    except OSError as e:
+        log.debug("Inductor's probe results not written: %s", e)

@@ -55,3 +55,71 @@ def test_a_planted_file_keeps_the_cache_unused(
         and "planted" in caplog.text
         or (plant == "writable folder" and "fx" in caplog.text)
     )
+
+
+class _Isa:
+    """Stands in for one of Inductor's instruction sets."""
+
+    def __init__(self, flags: str) -> None:
+        self.flags = flags
+
+    def build_arch_flags(self) -> str:
+        return self.flags
+
+
+@pytest.fixture
+def probes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list[str]]:
+    """Inductor's probe replaced by one that records its calls (``-mbad`` fails); the machine's
+    key fixed."""
+    from torch._inductor import cpu_vec_isa
+
+    calls: list[str] = []
+
+    def probe(self: _Isa, code: str) -> bool:
+        calls.append(self.flags)
+        return self.flags != "-mbad"
+
+    monkeypatch.setattr(cpu_vec_isa.VecISA, "check_build", probe)
+    monkeypatch.setattr(inductor, "_machine_key", lambda: "this machine")
+    return tmp_path / inductor.PROBES, calls
+
+
+def _probe(flags: str) -> bool:
+    from torch._inductor import cpu_vec_isa
+
+    return cpu_vec_isa.VecISA.check_build(_Isa(flags), "int main() {}")
+
+
+def _new_process(path: Path) -> None:
+    """What a new process sees: the original probe, then ours installed over it."""
+    from torch._inductor import cpu_vec_isa
+
+    cpu_vec_isa.VecISA.check_build = cpu_vec_isa.VecISA.check_build.original
+    inductor.remember_isa_probes(path)
+
+
+def test_a_probe_that_passed_is_not_repeated_in_the_next_process(probes) -> None:
+    path, calls = probes
+    inductor.remember_isa_probes(path)
+    assert _probe("-mavx2") and not _probe("-mbad")
+    assert calls == ["-mavx2", "-mbad"]
+    assert path.stat().st_mode & 0o077 == 0
+    _new_process(path)
+    assert _probe("-mavx2") and not _probe("-mbad")
+    assert calls == ["-mavx2", "-mbad", "-mbad"]  # a failure is probed again
+
+
+@pytest.mark.parametrize("damage", ["another machine's", "not json", "a list"])
+def test_another_machines_or_a_broken_file_is_probed_afresh(probes, damage: str) -> None:
+    path, calls = probes
+    inductor.remember_isa_probes(path)
+    _probe("-mavx2")
+    content = {
+        "another machine's": path.read_text().replace("this machine", "another"),
+        "not json": "{",
+        "a list": "[1]",
+    }[damage]
+    path.write_text(content)
+    _new_process(path)
+    assert _probe("-mavx2")
+    assert calls == ["-mavx2", "-mavx2"]
