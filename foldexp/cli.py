@@ -234,7 +234,12 @@ def _predict(argv: list[str], command: str = "predict") -> int:
         help="CSV/CSV.gz (comma, tab or semicolon) with the run's SMILES or text column, a PTB "
         "file, a file of one input a line (a row per line), or - for stdin",
     )
-    ap.add_argument("--output", "-o", default=None, help="CSV to write (default: stdout)")
+    ap.add_argument(
+        "--output",
+        "-o",
+        default=None,
+        help="CSV to write (default: stdout); fingerprint: or .npy/.npz (IDs in FILE.ids.csv)",
+    )
     ap.add_argument("--column", default=None, help="input column (default: the run's)")
     ap.add_argument("--batch-size", type=integer(1), default=256, help="inputs per batch (256)")
     if command == "predict":  # foldexp.analysis.spread

@@ -36,6 +36,7 @@ from typing import IO, Any
 import torch
 from tqdm import tqdm
 
+from foldexp.analysis.fingerprint_arrays import NpyRows, array_output, ids_path, write_arrays
 from foldexp.analysis.predict_inputs import (
     Item,
     Parsed,
@@ -77,7 +78,7 @@ def _fingerprint_columns(run: TrainedRun) -> list[str]:
     if not callable(getattr(run.model, "encode", None)) or not isinstance(size, int):
         raise ModelContractError(
             f"{type(run.model).__name__} has no encode(batch) and "
-            "encode_size (the readout before its head); model=dmpnn has them"
+            "encode_size (the readout before its head); model=dmpnn and model=weave have them"
         )
     return [f"fp_{k}" for k in range(size)]
 
@@ -187,6 +188,9 @@ def stream_predict(
     if batch_size < 1:
         raise ValueError(f"--batch-size={batch_size}; expected a value >= 1")
     check_output(output, input_path)
+    arrays = array_output(output, fingerprint)  # .npy/.npz: fingerprint_arrays.py
+    if arrays:
+        check_output(ids_path(output), input_path)  # type: ignore[arg-type]
     runs = load_members(run_dir, allow_targets, fingerprint)
     run = runs[0]
     if not callable(getattr(run.model, "predict", None)):
@@ -202,16 +206,18 @@ def stream_predict(
         columns, forward = spread_forward(runs, columns, mc_dropout, seed)
     counts = [0, 0]
 
-    def write(out: IO[str]) -> None:
+    def write(out: IO[str], values: NpyRows | None = None) -> None:
         with open_input(input_path) as stream:
             name, kept, items = input_items(stream, source, column or run_column)
             check_columns(run, kept, source)
-            header = _header(name, kept, columns)
+            header = _header(name, kept, [] if values is not None else columns)
             writer = csv.writer(out, lineterminator="\n")
             writer.writerow(spreadsheet_row(header))
             bar = tqdm(desc="predict", unit="input", disable=not _show(progress))
             for chunk in _chunks(items):
                 rows = _predict_chunk(run, parse, chunk, len(columns), batch_size, forward, kept)
+                if values is not None:  # the numbers to the array, the rest to the CSV
+                    rows = values.take(rows, 1 + len(kept), len(columns))
                 writer.writerows(spreadsheet_row(row) for row in rows)
                 out.flush()  # the rows so far reach a pipe before the rest is read
                 counts[0] += len(rows)
@@ -223,6 +229,8 @@ def stream_predict(
 
     if output is None:
         write(sys.stdout)
+    elif arrays:
+        write_arrays(output, len(columns), write)
     else:
 
         def to_file(tmp: str) -> None:

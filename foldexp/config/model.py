@@ -158,6 +158,10 @@ class WeaveModelConfig:
     # classification: none | per_task | shared temperature(s) fitted on dev after training,
     # applied by predict and eval
     temperature: Temperature = Temperature.per_task
+    # a trained weave run's folder: its network up to the pooled readout starts this run's;
+    # the read-out MLP is new (foldexp.models.weave_encode)
+    init_from: str | None = a_path(None)
+    freeze: Freeze = Freeze.none  # none | encoder: train the read-out MLP only (needs init_from)
 
 
 @dataclass

@@ -173,7 +173,7 @@ class DMPNNModel(MoleculeTaskModel):
         )
         self.depth = depth
         self.molecules = molecules
-        self.encode_size = hidden_size * molecules  # encode()'s width: fingerprint's columns
+        self.readout_size = hidden_size * molecules  # the readouts side by side
         self.w_i = nn.Linear(atom_features + pair_features, hidden_size, bias=False)
         self.w_h = nn.Linear(hidden_size, hidden_size, bias=False)
         self.w_o = nn.Linear(atom_features + hidden_size, hidden_size)
@@ -183,7 +183,8 @@ class DMPNNModel(MoleculeTaskModel):
 
         self.column_encoders = column_encoders(molecules, shared_encoder, encoder)
         self.dropout = nn.Dropout(dropout)
-        width = self.encode_size + init_features(self, feature_mean, feature_std)  # FFN's input
+        width = self.readout_size + init_features(self, feature_mean, feature_std)  # FFN's input
+        self.encode_size = width  # encode()'s width: fingerprint's columns
         layers: list[nn.Module] = []
         for k in range(ffn_layers - 1):
             wide = width if k == 0 else hidden_size
@@ -212,6 +213,11 @@ class DMPNNModel(MoleculeTaskModel):
         return sum(int(m.atom_features.shape[0]) for m in molecules_of(molecule))
 
     def encode(self, graph: Any) -> torch.Tensor:
+        """``(M, encode_size)``: the FFN's input, :meth:`readout` then the standardised
+        molecule features (``dataset.features``; ``foldexp.models.extra_features``)."""
+        return join_features(self, self.readout(graph), getattr(graph, "features", None))
+
+    def readout(self, graph: Any) -> torch.Tensor:
         """``(M, molecules × hidden_size)``: each molecule's sum of atom states, the columns'
         side by side (each column through its encoder)."""
         if self.molecules == 1:
@@ -240,4 +246,4 @@ class DMPNNModel(MoleculeTaskModel):
         return _into(graph.molecule.to(device), atom_h, graph.size)
 
     def _outputs(self, batch: BondGraph) -> torch.Tensor:
-        return self.ffn(join_features(self, self.encode(batch), batch.features))
+        return self.ffn(self.encode(batch))

@@ -1,7 +1,8 @@
 """Transfer learning for molecule models: ``model.init_from=RUN_DIR`` and ``model.freeze``.
 
 ``model.init_from`` starts a model's encoder (for D-MPNN: ``w_i``, ``w_h``, ``w_o``, the
-message passing before the read-out) from a trained run's best weights; the head is built
+message passing before the read-out; for weave: its network up to the pooled readout,
+``foldexp.models.weave_encode``) from a trained run's best weights; the head is built
 afresh for this run's targets, and the target statistics are this run's. The run is loaded as
 ``foldexp predict`` loads one (``TrainingSetup.trained_model``: checksums, registered targets,
 its weights against its own config), and its encoder must be the same model's with the same
@@ -35,7 +36,9 @@ def check_freeze(value: Any, init_from: str | None) -> str:
 
 
 def _is_encoder(name: str, prefixes: Sequence[str]) -> bool:
-    return name.split(".", 1)[0] in prefixes
+    """Whether ``name`` is under one of ``prefixes`` (a module's dotted path: ``w_i``,
+    ``compiler.layers.3``)."""
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
 def freeze(model: torch.nn.Module, prefixes: Sequence[str]) -> None:
@@ -46,10 +49,15 @@ def freeze(model: torch.nn.Module, prefixes: Sequence[str]) -> None:
 
 
 def load_encoder(
-    model: torch.nn.Module, source: torch.nn.Module, prefixes: Sequence[str], where: str
+    model: torch.nn.Module,
+    source: torch.nn.Module,
+    prefixes: Sequence[str],
+    where: str,
+    shapes: str = "model.hidden_size, the atom and bond features",
 ) -> int:
     """Copies ``source``'s parameters under ``prefixes`` into ``model``; returns how many
-    values were copied. ``where`` (``model.init_from=DIR``) starts every refusal."""
+    values were copied. ``where`` (``model.init_from=DIR``) starts every refusal; ``shapes``
+    says what the shapes follow."""
     if type(source) is not type(model):
         raise ValueError(
             f"{where}: that run's model is {type(source).__name__}, this one {type(model).__name__}"
@@ -63,7 +71,7 @@ def load_encoder(
         if theirs[name].shape != value.shape:
             raise ValueError(
                 f"{where}: that run's encoder does not fit: {name} is {list(theirs[name].shape)} "
-                f"there, {list(value.shape)} here (model.hidden_size, the atom and bond features)"
+                f"there, {list(value.shape)} here ({shapes})"
             )
     with torch.no_grad():
         for name, value in mine.items():

@@ -50,7 +50,14 @@ from foldexp.models.uncertainty import (
     spread_predict,
     uncertainty_metrics,
 )
-from foldexp.models.weave_network import molecule_input, weave_atoms, weave_layer, weave_network
+from foldexp.models.weave_encode import WeaveEncoder
+from foldexp.models.weave_network import (
+    molecule_input,
+    weave_atoms,
+    weave_head,
+    weave_layer,
+    weave_network,
+)
 
 __all__ = [
     "molecule_input",
@@ -77,6 +84,12 @@ class MoleculeBatch:
     mask: torch.Tensor
     size: int
     features: torch.Tensor | None = None  # (B, F) raw molecule features (dataset.features)
+    # the molecules, for ``WeaveModel.encode``; left out when pickled (a DataLoader worker's
+    # batch crosses to the trainer without them, as before)
+    inputs: Sequence[Any] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "inputs": None}
 
 
 class MoleculeTaskModel(nn.Module):
@@ -284,6 +297,8 @@ class WeaveModel(MoleculeTaskModel):
             readout; the MLP is then torch's, ``graph_size + F`` wide (``extra_features``).
         temperature: ``none``, ``per_task`` or ``shared`` (classification:
             ``foldexp.models.temperature``).
+        init_from, freeze: a trained weave run whose network up to the pooled readout starts
+            this one; ``encoder``: train the read-out MLP only (``foldexp.models.weave_encode``).
     """
 
     def __init__(
@@ -310,6 +325,8 @@ class WeaveModel(MoleculeTaskModel):
         feature_mean: Sequence[float] | None = None,
         feature_std: Sequence[float] | None = None,
         feature_clip: float | None = None,
+        init_from: str | None = None,
+        freeze: str = "none",
     ) -> None:
         super().__init__()
         self.feature_clip = feature_clip  # standardised features within ±this (None: unclipped)
@@ -319,21 +336,40 @@ class WeaveModel(MoleculeTaskModel):
         )
         sizes = (layers, atom_size, pair_size, graph_size, mlp_size, pool, dropout)
         extra = init_features(self, feature_mean, feature_std)  # its MLP then torch's, below
-        net = weave_network(atom_features, pair_features, self.head_width, *sizes, head=not extra)
+        body = weave_network(atom_features, pair_features, self.head_width, *sizes, head=False)
+        # ``body >> weave_head`` is ``weave_network(head=True)`` block for block: the same
+        # parameters, the same names in best.pt (compiler.layers.<i>)
+        net = body if extra else body >> weave_head(self.head_width, mlp_size, dropout)
         self.head = mlp_head(graph_size, extra, mlp_size, self.head_width, dropout)
         # Molecules are immutable and recur every epoch: trace each one once.
         self.compiler = Compiler(net, cache_traces=True)
+        self.encode_size = graph_size + extra  # encode()'s width: fingerprint's columns
+        self.weave_layers = layers
+        # not a submodule: its layers are the compiler's own (no new names in best.pt)
+        self.__dict__["_encoder"] = WeaveEncoder(self, body, init_from, freeze)
 
     def collate(self, molecules: Sequence[Any]) -> MoleculeBatch:
         """Traces and schedules a batch (safe to call in DataLoader workers)."""
         targets = torch.stack([torch.as_tensor(m.targets, dtype=torch.float32) for m in molecules])
         mask = torch.stack([torch.as_tensor(m.target_mask, dtype=torch.bool) for m in molecules])
         plan, features = self.compiler.build(molecules), batch_features(molecules)
-        return MoleculeBatch(plan, targets, mask, len(molecules), features)
+        return MoleculeBatch(plan, targets, mask, len(molecules), features, list(molecules))
+
+    def prepare_training(self, setup: Any) -> None:
+        """``model.init_from``: the network up to the readout from a trained weave run."""
+        self._encoder.start_from(setup)
+
+    def encode(self, batch: MoleculeBatch) -> torch.Tensor:
+        """``(M, encode_size)``: the read-out MLP's input, each molecule's pooled readout
+        (``graph_size``) then its standardised features (``dataset.features``: ``F``)."""
+        if self.head is None:  # the compiled network ends with the MLP: the readout apart
+            return self._encoder.readout(batch.inputs)
+        return join_features(self, self.compiler.run(batch.plan), batch.features)
 
     def _outputs(self, batch: MoleculeBatch) -> torch.Tensor:
-        out = self.compiler.run(batch.plan)
-        return out if self.head is None else self.head(join_features(self, out, batch.features))
+        if self.head is None:
+            return self.compiler.run(batch.plan)
+        return self.head(self.encode(batch))
 
 
 #: The former name (regression only then); the same class.

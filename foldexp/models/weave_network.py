@@ -12,7 +12,7 @@ import torch
 import foldexp.blocks as fb
 from foldexp.models.paper import weave_module
 
-__all__ = ["molecule_input", "weave_atoms", "weave_layer", "weave_network"]
+__all__ = ["molecule_input", "weave_atoms", "weave_head", "weave_layer", "weave_network"]
 
 
 def molecule_input(atom_features: int, pair_features: int) -> fb.Block:
@@ -76,10 +76,16 @@ def weave_network(
     net = molecule_input(atom_features, pair_features)
     for k in range(layers):
         net = net >> weave_layer(atom_size, pair_size, update_pairs=k < layers - 1)
-    keep = 1.0 - dropout if dropout else None
     net = net >> fb.Map(fb.FC(graph_size, activation=torch.tanh))
     net = net >> (fb.Sum() if pool == "sum" else fb.Mean())
-    if not head:
-        return net
+    return (net >> weave_head(num_targets, mlp_size, dropout)) if head else net
+
+
+def weave_head(num_targets: int, mlp_size: int = 128, dropout: float = 0.0) -> fb.Block:
+    """The read-out MLP after pooling: ``FC(mlp_size)`` ReLU, ``FC(num_targets)``, dropout on
+    each one's input. ``readout >> weave_head(...)`` is :func:`weave_network`'s pipe, block for
+    block (a pipe flattens), so a model may keep the readout alone to compile apart
+    (``WeaveModel.encode``) with the same parameters."""
+    keep = 1.0 - dropout if dropout else None
     mlp = fb.FC(mlp_size, input_keep_prob=keep)
-    return net >> mlp >> fb.FC(num_targets, activation=None, input_keep_prob=keep)
+    return fb.Pipe(mlp, fb.FC(num_targets, activation=None, input_keep_prob=keep))

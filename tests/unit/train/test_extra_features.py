@@ -74,7 +74,7 @@ def test_dmpnn_with_features_predicts_what_the_model_computes(tmp_path: Path) ->
         z = torch.where(torch.isfinite(z), z, torch.zeros_like(z)).clamp(-10, 10)
         graph = molecule_inputs([smiles])[0][0]  # the graph without features: encode only
         with torch.no_grad():
-            h = model.encode(model.collate([graph]))
+            h = model.readout(model.collate([graph]))
             y = model.ffn(torch.cat([h, z[None]], 1)) * model.target_std + model.target_mean
         expected.append(float(y))
     assert torch.allclose(got, torch.tensor(expected), atol=1e-5)

@@ -1,18 +1,21 @@
 """``foldexp fingerprint RUN INPUT``: each molecule's readout before the head (``encode``),
-with the input's other columns, streamed like ``predict``; a model without ``encode`` is
-refused in one line."""
+with the input's other columns, streamed like ``predict`` (as CSV, or as .npy/.npz with the IDs
+in a companion CSV); a model without ``encode`` is refused in one line."""
 
 from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
-from foldexp.analysis import predict
+from foldexp.analysis import fingerprint_arrays, predict
 from foldexp.cli import main
 from foldexp.experiments.molecule_data import molecule_inputs
+from foldexp.models.weave import WeaveModel
 from foldexp.train.app import compose_config
 from foldexp.train.loop import run_train
 from foldexp.train.runs import load_trained
@@ -57,13 +60,57 @@ def test_fingerprint_writes_the_encoder_readout(
 
 
 def test_fingerprint_refuses_a_model_without_encode(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sizes = ["model.atom_size=4", "model.pair_size=4", "model.graph_size=4", "model.mlp_size=4"]
     run_dir, path = _train(tmp_path, sizes)
+    monkeypatch.delattr(WeaveModel, "encode")  # a model class without one
     with pytest.raises(SystemExit) as exc:
         main(["fingerprint", str(run_dir), str(path)])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("foldexp fingerprint: error: WeaveModel has no encode(batch)")
     assert err.count("\n") == 1
+
+
+def test_fingerprint_as_numpy_streams_the_csvs_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir, _ = _train(tmp_path, ["model=dmpnn", "model.hidden_size=6"])
+    text = "id,smiles\na,CCO\nb,not_a_smiles\nc,c1ccccc1\nd,CCCCO\ne,OCCO\n"
+    (tmp_path / "in.csv").write_text(text)
+    main(["fingerprint", str(run_dir), str(tmp_path / "in.csv"), "-o", str(tmp_path / "fp.csv")])
+    rows = _csv(tmp_path / "fp.csv")
+    expected = np.array(
+        [[float(v) if v else np.nan for v in r[2:8]] for r in rows[1:]], dtype=np.float32
+    )
+    monkeypatch.setattr(predict, "CHUNK_INPUTS", 2)  # three chunks ...
+    written = []
+    take = fingerprint_arrays.NpyRows.take
+
+    def spy(self: Any, chunk: list[list[Any]], start: int, width: int) -> list[list[Any]]:
+        written.append((len(chunk), self.file.tell()))  # ... each written as it comes
+        return take(self, chunk, start, width)
+
+    monkeypatch.setattr(fingerprint_arrays.NpyRows, "take", spy)
+    for name in ("fp.npy", "fp.npz"):
+        out = tmp_path / name
+        assert main(["fingerprint", str(run_dir), str(tmp_path / "in.csv"), "-o", str(out)]) == 0
+        got = np.load(out) if name.endswith("npy") else np.load(out)["fingerprints"]
+        assert got.dtype == np.float32 and got.shape == (5, 6)
+        np.testing.assert_array_equal(got, expected)  # NaN where the CSV is blank
+        assert np.isnan(got[1]).all() and not np.isnan(got[[0, 2, 3, 4]]).any()
+        ids = _csv(tmp_path / "fp.ids.csv")  # the IDs: the CSV without fp_*
+        assert ids == [[r[0], r[1], r[-1]] for r in rows]
+    assert written[:3] == [(2, 128), (2, 128 + 2 * 6 * 4), (1, 128 + 4 * 6 * 4)]
+    with pytest.raises(SystemExit) as exc:  # predictions stay CSV
+        main(["predict", str(run_dir), str(tmp_path / "in.csv"), "-o", str(tmp_path / "p.npy")])
+    assert exc.value.code == 2 and ".npy and .npz are for foldexp fingerprint" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "p.npy").exists()
+
+
+def _csv(path: Path) -> list[list[str]]:
+    with path.open() as f:
+        return list(csv.reader(f))
