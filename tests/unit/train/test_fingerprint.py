@@ -85,12 +85,18 @@ def test_fingerprint_as_numpy_streams_the_csvs_values(
         [[float(v) if v else np.nan for v in r[2:8]] for r in rows[1:]], dtype=np.float32
     )
     monkeypatch.setattr(predict, "CHUNK_INPUTS", 2)  # three chunks ...
-    written = []
-    take = fingerprint_arrays.NpyRows.take
+    written, read = [], [0]
+    take, items = fingerprint_arrays.NpyRows.take, predict.input_items
 
     def spy(self: Any, chunk: list[list[Any]], start: int, width: int) -> list[list[Any]]:
-        written.append((len(chunk), self.file.tell()))  # ... each written as it comes
+        written.append((len(chunk), self.file.tell(), read[0]))  # ... each written as it comes
         return take(self, chunk, start, width)
+
+    def counted(*args: Any) -> Any:  # how many inputs were read when a chunk is written
+        name, kept, rows = items(*args)
+        return name, kept, (read.__setitem__(0, read[0] + 1) or row for row in rows)
+
+    monkeypatch.setattr(predict, "input_items", counted)
 
     monkeypatch.setattr(fingerprint_arrays.NpyRows, "take", spy)
     for name in ("fp.npy", "fp.npz"):
@@ -102,7 +108,8 @@ def test_fingerprint_as_numpy_streams_the_csvs_values(
         assert np.isnan(got[1]).all() and not np.isnan(got[[0, 2, 3, 4]]).any()
         ids = _csv(tmp_path / "fp.ids.csv")  # the IDs: the CSV without fp_*
         assert ids == [[r[0], r[1], r[-1]] for r in rows]
-    assert written[:3] == [(2, 128), (2, 128 + 2 * 6 * 4), (1, 128 + 4 * 6 * 4)]
+    # each chunk's rows at their place in the file, written before the next chunk is read
+    assert written[:3] == [(2, 128, 2), (2, 128 + 2 * 6 * 4, 4), (1, 128 + 4 * 6 * 4, 5)]
     with pytest.raises(SystemExit) as exc:  # predictions stay CSV
         main(["predict", str(run_dir), str(tmp_path / "in.csv"), "-o", str(tmp_path / "p.npy")])
     assert exc.value.code == 2 and ".npy and .npz are for foldexp fingerprint" in (
