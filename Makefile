@@ -21,8 +21,8 @@ install: $(STAMP) ## create .venv and install foldexp with its test tools (idemp
 run: $(STAMP) ## run the default experiment (Tree-LSTM on calculator trees, offline)
 	$(VENV)/bin/foldexp train
 
-test: $(STAMP) ## run the test suite
-	$(PY) -m pytest -q
+test: $(STAMP) ## run the test suite, one worker process per CPU
+	$(PY) -m pytest -q -n auto
 
 lint: $(STAMP) ## ruff format check and lint
 	$(VENV)/bin/ruff format --check foldexp tests benchmarks
