@@ -109,6 +109,17 @@ def _predict_all(
     return results
 
 
+def _forget_traces(runs: Sequence[TrainedRun]) -> None:
+    """A chunk's inputs never come back: drops the traces a model's compilers kept of them
+    (``Compiler(cache_traces=True)``, the weave model's: one a molecule, which had grown a
+    10,000-row fingerprint's memory from 0.96 to 2.2 GiB)."""
+    for r in runs:
+        for module in r.model.modules():
+            cache = getattr(module, "trace_cache", None)
+            if cache is not None:
+                cache.clear()
+
+
 def _reason(exc: Exception) -> str:
     """What went wrong with one input, for its row: a block's message and where inside the
     input, without the block's repr (a whole model) or the position in a batch of one."""
@@ -218,6 +229,7 @@ def stream_predict(
                 rows = _predict_chunk(run, parse, chunk, len(columns), batch_size, forward, kept)
                 if values is not None:  # the numbers to the array, the rest to the CSV
                     rows = values.take(rows, 1 + len(kept), len(columns))
+                _forget_traces(runs)
                 writer.writerows(spreadsheet_row(row) for row in rows)
                 out.flush()  # the rows so far reach a pipe before the rest is read
                 counts[0] += len(rows)

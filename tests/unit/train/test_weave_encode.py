@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
+from foldexp.analysis import fingerprint_arrays, predict
 from foldexp.analysis.predict import run_predict
 from foldexp.cli import main
 from foldexp.experiments.molecule_data import molecule_inputs
@@ -122,3 +124,26 @@ def test_weave_init_from_refuses_another_depth_or_width(tmp_path: Path) -> None:
         ValueError, match=r"is \[4, \d+\] there, \[6, \d+\] here \(model\.atom_size"
     ):
         _train(tmp_path, "wide", "b", f"model.init_from={source}", "model.atom_size=6")
+
+
+def test_fingerprint_keeps_no_trace_of_earlier_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = _train(tmp_path, "run", "a")
+    (tmp_path / "in.csv").write_text("smiles\n" + "\n".join(SMILES[:7]) + "\n")
+    monkeypatch.setattr(predict, "CHUNK_INPUTS", 2)
+    runs, kept, load, take = [], [], predict.load_members, fingerprint_arrays.NpyRows.take
+
+    def loaded(*args: Any) -> Any:
+        runs.extend(load(*args))
+        return runs
+
+    def spy(self: Any, *args: Any) -> Any:  # the weave compiler's traces as a chunk is written
+        kept.append(len(runs[0].model.compiler.trace_cache))
+        return take(self, *args)
+
+    monkeypatch.setattr(predict, "load_members", loaded)
+    monkeypatch.setattr(fingerprint_arrays.NpyRows, "take", spy)
+    predict.stream_predict(run_dir, str(tmp_path / "in.csv"), tmp_path / "fp.npy", fingerprint=True)
+    assert kept == [2, 2, 2, 1]  # this chunk's molecules only, never the 7 of the file
+    assert len(runs[0].model.compiler.trace_cache) == 0
