@@ -357,7 +357,7 @@ class WeaveModel(MoleculeTaskModel):
 
     def prepare_training(self, setup: Any) -> None:
         """``model.init_from``: the network up to the readout from a trained weave run."""
-        self._encoder.start_from(setup)
+        self._encoder.start_from(self, setup)
 
     def encode(self, batch: MoleculeBatch) -> torch.Tensor:
         """``(M, encode_size)``: the read-out MLP's input, each molecule's pooled readout

@@ -16,7 +16,6 @@ them as they start.
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,12 +33,12 @@ SHAPES = "model.atom_size, pair_size, graph_size, the atom and pair features"
 
 
 class WeaveEncoder:
-    """The readout of ``model`` (a ``WeaveModel``): ``body`` is its network up to pooling."""
+    """The readout of ``model`` (a ``WeaveModel``): ``body`` is its network up to pooling. It
+    keeps no reference to the model, which holds it (so it pickles and copies with it)."""
 
     def __init__(
         self, model: torch.nn.Module, body: fb.Block, init_from: str | None, freeze_: str
     ) -> None:
-        self._model = weakref.ref(model)  # the model holds this object: no cycle
         self.body = body
         self.init_from = init_from  # read by start_from (a fresh or resumed run only)
         self._compiled: Compiler | None = None
@@ -61,11 +60,10 @@ class WeaveEncoder:
             self._compiled = Compiler(self.body)
         return self._compiled(list(inputs))
 
-    def start_from(self, setup: Any) -> None:
-        """``model.init_from``: copies a trained weave run's readout weights (the model's
-        ``prepare_training`` hook); nothing without ``init_from``."""
-        model = self._model()
-        if not self.init_from or model is None:
+    def start_from(self, model: torch.nn.Module, setup: Any) -> None:
+        """``model.init_from``: copies a trained weave run's readout weights into ``model``
+        (its ``prepare_training`` hook); nothing without ``init_from``."""
+        if not self.init_from:
             return
         where = f"model.init_from={self.init_from}"
         source = setup.trained_model(self.init_from)
