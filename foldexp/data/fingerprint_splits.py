@@ -233,6 +233,8 @@ def kennard_stone_order(n: int, rows: RowDistances) -> np.ndarray:
         k = int(block.argmax())
         if block.flat[k] > best:
             best, pair = float(block.flat[k]), (start + k // n, k % n)
+    if pair[0] == pair[1]:  # every distance 0 (one fingerprint for all): a point twice else
+        pair = (0, 1)
     order = [min(pair), max(pair)]
     nearest = np.minimum(*rows(np.array(order)))  # each point's distance to the chosen
     nearest[order] = -1.0

@@ -94,6 +94,19 @@ def test_kennard_stone_picks_the_hand_worked_order() -> None:
     assert np.allclose(rows(np.arange(4)), np.vstack([rows(np.array([i])) for i in range(4)]))
 
 
+def test_kennard_stone_of_identical_fingerprints_is_a_partition() -> None:
+    # every distance 0: the farthest "pair" was (0, 0), so 0 came twice and 5 never
+    assert fps.kennard_stone_order(6, fps.euclidean_rows(np.zeros((6, 1)))).tolist() == [
+        0,
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]
+    _check_partition(fps.kennard_stone_split(["C"] * 6, (0.5, 0.25, 0.25)), 6)
+
+
 def test_kennard_stone_split_and_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     parts = fps.kennard_stone_split(SMILES, (0.8, 0.1, 0.1))
     _check_partition(parts, len(SMILES))
