@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from foldexp.experiments.molecule_data import molecule_inputs
 from foldexp.models.dmpnn import DMPNNModel
 from foldexp.models.uncertainty import (
     Z90,
+    calibrate_scale,
     coverage,
     gaussian_nll,
     interval_scale,
@@ -56,14 +58,65 @@ def test_gaussian_nll_matches_torch() -> None:
 
 def test_calibration_scale_coverage_and_miscalibration() -> None:
     z = torch.linspace(-3, 3, 1001)
-    s = interval_scale(z)  # |z| spread uniformly on [0, 3]: q0.9 = 2.7
-    assert s == pytest.approx(2.7 / Z90, rel=1e-3)
-    assert coverage(z, s) == pytest.approx(0.9, abs=2e-3)
+    s = interval_scale(z)  # |z| uniform on [0, 3]: rank ⌈1002 · 0.9⌉ = 902 is 451 · 0.006
+    assert s == pytest.approx(2.706 / Z90, rel=1e-6)
+    assert coverage(z, s) == pytest.approx(903 / 1001)  # rank 902 and its tie, -2.706
     assert coverage(z) == pytest.approx(Z90 / 3, abs=2e-3)
     gaussian = torch.distributions.Normal(0.0, 1.0).icdf(torch.linspace(0.0005, 0.9995, 2000))
     assert miscalibration_area(gaussian) < 0.005  # calibrated σ
     assert miscalibration_area(gaussian * 4) > 0.2  # σ four times too small
     assert math.isnan(coverage(torch.zeros(0)))
+
+
+def test_interval_scale_is_the_conformal_order_statistic(caplog: pytest.LogCaptureFixture) -> None:
+    # n = 10: rank ⌈11 · 0.9⌉ = 10, the largest |z| (1.0); np.quantile's 0.9 would be 0.91.
+    z = torch.tensor([0.3, -0.1, 0.5, -1.0, 0.2, 0.7, -0.4, 0.9, -0.6, 0.8])
+    assert interval_scale(z) == pytest.approx(1.0 / Z90, rel=1e-12)
+    assert torch.quantile(z.abs(), 0.9).item() == pytest.approx(0.91)
+    # n = 19 (|z| = 1 … 19): rank 18 → 18; np.quantile's 0.9 would be 17.2. Coverage ≥ 0.9.
+    z = torch.arange(1.0, 20.0) * torch.tensor([1.0, -1.0]).repeat(10)[:19]
+    s = interval_scale(z)
+    assert s == pytest.approx(18.0 / Z90, rel=1e-12)
+    assert coverage(z, s) == pytest.approx(18 / 19)
+    # 20 · 0.7 is 14.000000000000002 in floating point: the rank is still 14, not 15.
+    assert interval_scale(z, level=0.7) == pytest.approx(14.0 / _half_width(0.7), rel=1e-9)
+    assert "largest" not in caplog.text
+    # n = 5: rank ⌈6 · 0.9⌉ = 6 > 5: the largest |z|, said in a log line.
+    with caplog.at_level(logging.WARNING, logger="foldexp.models.uncertainty"):
+        assert interval_scale(torch.tensor([0.5, -2.0, 1.0, 0.1, 0.3])) == pytest.approx(2.0 / Z90)
+    assert "5 dev residuals are too few" in caplog.text and "rank 6 > 5" in caplog.text
+    assert interval_scale(torch.zeros(0)) == 1.0
+
+
+def _half_width(level: float) -> float:
+    return math.sqrt(2) * torch.erfinv(torch.tensor(level, dtype=torch.float64)).item()
+
+
+def test_calibrate_scale_per_target_ignores_missing_labels() -> None:
+    # Target 0: 10 labelled residuals (rank 10 → |z| = 5 / 2); target 1: 9 of 12 labelled, the
+    # three missing ones are the largest and would change the rank-9 statistic (1.0) were they read.
+    r0 = torch.tensor([1.0, -2, 3, -4, 5, 0.5, -1.5, 2.5, -3.5, 4.5, 9.0, 9.0])
+    r1 = torch.tensor([0.1, -0.2, 0.3, -0.4, 0.5, -0.6, 0.7, -0.8, 1.0, 50.0, 60.0, 70.0])
+    labelled = torch.ones(12, 2, dtype=torch.bool)
+    labelled[10:, 0] = labelled[9:, 1] = False
+    out = {"residual": torch.stack([r0, r1], 1), "sigma": torch.full((12, 2), 2.0)}
+
+    class Stub(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("calibration_scale", torch.ones(2))
+
+        def collate(self, rows: list[int]) -> list[int]:
+            return rows
+
+        def forward(self, rows: list[int]) -> dict[str, torch.Tensor]:
+            return {"residual": out["residual"][rows], "sigma": out["sigma"][rows],
+                    "labelled": labelled[rows]}  # fmt: skip
+
+    model = Stub()
+    got = calibrate_scale(model, list(range(12)), batch_size=5)["calibration_scale"]
+    assert got == pytest.approx([2.5 / Z90, 0.5 / Z90], rel=1e-6)
+    assert model.calibration_scale.tolist() == pytest.approx(got, rel=1e-6)
 
 
 def test_mve_model_predicts_value_and_std() -> None:
