@@ -64,7 +64,9 @@ def join_features(
         )
     x = features.to(readout.device, readout.dtype)
     z = (x - model.feature_mean) / model.feature_std
-    z = torch.where(torch.isfinite(z), z, torch.zeros_like(z))
+    # missing (x not finite): the training mean; a finite x far out may overflow z to ±inf,
+    # which the clip bounds like any other far value (it is not missing)
+    z = torch.where(torch.isfinite(x), z, torch.zeros_like(z)).nan_to_num(nan=0.0)
     clip = getattr(model, "feature_clip", None)
     return torch.cat([readout, z if clip is None else z.clamp(-clip, clip)], 1)
 

@@ -129,3 +129,12 @@ def test_standardised_features_are_clipped_and_missing_ones_take_the_mean() -> N
     assert join_features(module, torch.ones(1, 1), raw).tolist() == [[1.0, 10.0, 0.0, -1.0]]
     module.feature_clip = None  # dataset.feature_clip=null
     assert join_features(module, torch.ones(1, 1), raw).tolist() == [[1.0, 500.0, 0.0, -1.0]]
+
+
+def test_a_far_finite_feature_is_clipped_not_taken_as_missing() -> None:
+    # (1e37 - 0) / 0.01 overflows float32 to inf: it was set to 0 (the mean) like a NaN
+    module = torch.nn.Module()
+    init_features(module, [0.0], [0.01])
+    module.feature_clip = 10.0
+    raw = torch.tensor([[1e37], [-1e37], [float("inf")]])
+    assert join_features(module, torch.zeros(3, 1), raw)[:, 1].tolist() == [10.0, -10.0, 0.0]
