@@ -121,6 +121,13 @@ def check_columns(run: TrainedRun, kept: Sequence[str], source: str) -> None:
                 f"(dataset.smiles_column={list(smiles)}); the other columns are {list(kept)}"
             )
     wanted = dataset.get("feature_columns") or ()
+    read = [*([] if isinstance(smiles, str) or not smiles else list(smiles)[1:]), *wanted]
+    twice = [str(c) for c in read if list(kept).count(str(c)) > 1]
+    if twice:  # training refuses such a header; a cell by name would be the last one's
+        raise ValueError(
+            f"{source}: column {twice[0]!r} is named twice in the header, and the run reads it "
+            "(dataset.smiles_column, dataset.feature_columns): which one is meant is ambiguous"
+        )
     missing = [str(c) for c in wanted if str(c) not in kept]
     if missing:
         raise ValueError(

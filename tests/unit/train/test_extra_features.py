@@ -138,3 +138,15 @@ def test_a_far_finite_feature_is_clipped_not_taken_as_missing() -> None:
     module.feature_clip = 10.0
     raw = torch.tensor([[1e37], [-1e37], [float("inf")]])
     assert join_features(module, torch.zeros(3, 1), raw)[:, 1].tolist() == [10.0, -10.0, 0.0]
+
+
+def test_predict_refuses_a_feature_column_named_twice(tmp_path: Path) -> None:
+    # training refuses such a header; predict took the last f1's cells without a word
+    from types import SimpleNamespace
+
+    from foldexp.analysis.predict_inputs import check_columns
+
+    run = SimpleNamespace(config={"dataset": {"smiles_column": "smiles", "feature_columns": ["f"]}})
+    check_columns(run, ["f", "id", "id"], "in.csv")  # a column the run does not read: fine
+    with pytest.raises(ValueError, match=r"^in.csv: column 'f' is named twice in the header"):
+        check_columns(run, ["f", "g", "f"], "in.csv")
