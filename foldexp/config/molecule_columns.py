@@ -53,6 +53,7 @@ def check_smiles_columns(dataset: Any, model: Mapping[str, Any] | None) -> None:
     if not isinstance(dataset, Mapping) or "smiles_column" not in dataset:
         return
     columns = smiles_columns(dataset["smiles_column"])
+    _check_feature_columns(dataset, [columns] if isinstance(columns, str) else list(columns))
     if isinstance(columns, str):
         return
     target = str((model or {}).get("_target_", ""))
@@ -66,4 +67,26 @@ def check_smiles_columns(dataset: Any, model: Mapping[str, Any] | None) -> None:
             raise ConfigError(
                 f"dataset.{key}={list(dataset[key])} is read for one molecule a row, not with "
                 f"dataset.smiles_column={columns}"
+            )
+
+
+def _check_feature_columns(dataset: Mapping[str, Any], smiles: list[str]) -> None:
+    """Refuses a feature column that is a target (its label would be an input) or a SMILES
+    column."""
+    targets = dataset.get("targets")
+    targets = (
+        [str(t) for t in targets]
+        if isinstance(targets, Sequence) and not isinstance(targets, str)
+        else []
+    )
+    for column in dataset.get("feature_columns") or ():
+        role = (
+            "a target (dataset.targets)"
+            if str(column) in targets
+            else ("a SMILES column (dataset.smiles_column)" if str(column) in smiles else None)
+        )
+        if role is not None:
+            raise ConfigError(
+                f"dataset.feature_columns names {column!r}, which is {role}: a feature column "
+                "must be another column of the file"
             )

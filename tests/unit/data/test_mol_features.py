@@ -167,3 +167,26 @@ def test_a_salt_without_bcut_descriptors_warns_in_one_line(
     assert "rdkit2d:BCUT2D_MWHI (1 molecules, first row 11)" in warned[0]
     assert np.isfinite(bundle.info["feature_mean"]).all()
     assert np.isfinite(bundle.info["feature_std"]).all()
+
+
+@pytest.mark.parametrize(("column", "role"), [("y", "a target"), ("smiles", "a SMILES column")])
+def test_a_feature_column_that_is_a_target_or_the_smiles_fails_at_compose_time(
+    tmp_path: Path, column: str, role: str
+) -> None:
+    """A target among the features would hand the model its own label."""
+    path = _csv(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        compose_config(
+            [
+                "experiment=molecules_csv",
+                f"dataset.path={path}",
+                "dataset.targets=[y]",
+                f"dataset.feature_columns=[own,{column}]",
+            ]
+        )
+    assert f"dataset.feature_columns names '{column}', which is {role}" in str(err.value)
+    cfg = compose_config(
+        ["experiment=molecules_csv", f"dataset.path={path}", "dataset.targets=[y]",
+         "dataset.feature_columns=[own]"]
+    )  # fmt: skip
+    assert list(cfg.dataset.feature_columns) == ["own"]
