@@ -32,6 +32,7 @@ __all__ = [
     "expected_calibration_error",
     "fit_temperature",
     "masked_nll",
+    "split_outputs",
     "temperature_metrics",
 ]
 
@@ -143,17 +144,28 @@ def calibration_metrics(model: Any, sums: Any) -> dict[str, float]:
 def calibrate_temperature(model: Any, examples: Sequence[Any], batch_size: int) -> dict[str, Any]:
     """Fits ``model.temperature`` on ``examples`` (the dev split; ``model.temperature_scaling``
     says ``per_task`` or ``shared``) and returns ``{"temperature": [...]}``."""
+    outs = split_outputs(model, examples, batch_size, ("logit", "label", "labelled"))
+    if outs is None:
+        return {}
+    logits, labels, labelled = outs
+    shared = model.temperature_scaling == "shared"
+    fitted = fit_temperature(logits, labels.float(), labelled.bool(), shared)
+    model.temperature.copy_(fitted.to(model.temperature.device))
+    return {"temperature": fitted.tolist()}
+
+
+def split_outputs(
+    model: Any, examples: Sequence[Any], batch_size: int, keys: Sequence[str]
+) -> list[torch.Tensor] | None:
+    """The eval-mode model's outputs ``keys`` over ``examples`` (a split), batch by batch, each
+    concatenated on the CPU; ``None`` for no examples."""
     model.eval()
-    parts: dict[str, list[torch.Tensor]] = {"logit": [], "label": [], "labelled": []}
+    parts: dict[str, list[torch.Tensor]] = {key: [] for key in keys}
     with torch.no_grad():
         for start in range(0, len(examples), batch_size):
             out = model(model.collate(list(examples[start : start + batch_size])))
             for key, values in parts.items():
                 values.append(out[key].detach().cpu())
-    if not parts["logit"]:
-        return {}
-    logits, labels, labelled = (torch.cat(parts[k]) for k in ("logit", "label", "labelled"))
-    shared = model.temperature_scaling == "shared"
-    fitted = fit_temperature(logits, labels.float(), labelled.bool(), shared)
-    model.temperature.copy_(fitted.to(model.temperature.device))
-    return {"temperature": fitted.tolist()}
+    if not examples:
+        return None
+    return [torch.cat(parts[key]) for key in keys]

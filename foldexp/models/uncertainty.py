@@ -45,6 +45,7 @@ from foldexp.models.evidential import (
     evidential_split,
     evidential_variance,
 )
+from foldexp.models.temperature import split_outputs
 
 __all__ = [
     "HEAD_OUTPUTS",
@@ -234,16 +235,10 @@ def mve_statistics(
 def calibrate_scale(model: Any, examples: Sequence[Any], batch_size: int) -> dict[str, Any]:
     """Sets ``model.calibration_scale`` to each target's ``interval_scale`` over ``examples``
     (the dev split) and returns ``{"calibration_scale": [...]}``."""
-    model.eval()
-    parts: dict[str, list[torch.Tensor]] = {"residual": [], "sigma": [], "labelled": []}
-    with torch.no_grad():
-        for start in range(0, len(examples), batch_size):
-            out = model(model.collate(list(examples[start : start + batch_size])))
-            for key, values in parts.items():
-                values.append(out[key].detach().cpu())
-    if not parts["residual"]:
+    outs = split_outputs(model, examples, batch_size, ("residual", "sigma", "labelled"))
+    if outs is None:
         return {}
-    residual, sigma, labelled = (torch.cat(parts[k]) for k in ("residual", "sigma", "labelled"))
+    residual, sigma, labelled = outs
     scales = [
         interval_scale((residual[:, k] / sigma[:, k])[labelled[:, k].bool()])
         for k in range(residual.shape[1])
