@@ -18,7 +18,7 @@ and per task (``_<target>``) when there are several.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -32,6 +32,7 @@ __all__ = [
     "expected_calibration_error",
     "fit_temperature",
     "masked_nll",
+    "per_target",
     "split_outputs",
     "temperature_metrics",
 ]
@@ -109,16 +110,28 @@ def temperature_metrics(
 ) -> dict[str, float]:
     """``ece`` (with the temperatures) and ``ece_uncalibrated`` (``T = 1``): the mean over
     tasks with labelled entries, and per task when there are several."""
-    per: dict[str, list[float]] = {"ece": [], "ece_uncalibrated": []}
-    out: dict[str, float] = {}
-    for k, suffix in enumerate(suffixes):
+
+    def metrics(k: int) -> dict[str, float]:
         rows = labelled[:, k].bool()
         z, y = logits[rows, k].double(), labels[rows, k]
-        values = {
+        return {
             "ece": expected_calibration_error(torch.sigmoid(z / float(temperature[k])), y),
             "ece_uncalibrated": expected_calibration_error(torch.sigmoid(z), y),
         }
-        for name, value in values.items():
+
+    return per_target(("ece", "ece_uncalibrated"), suffixes, metrics)
+
+
+def per_target(
+    names: Sequence[str], suffixes: Sequence[str], metrics: Callable[[int], dict[str, float]]
+) -> dict[str, float]:
+    """``metrics(k)`` of each target ``k`` (``suffixes[k]``): under ``<name>`` the mean of a
+    metric's finite values over the targets, and under ``<name>_<suffix>`` each target's value
+    where there are several."""
+    per: dict[str, list[float]] = {name: [] for name in names}
+    out: dict[str, float] = {}
+    for k, suffix in enumerate(suffixes):
+        for name, value in metrics(k).items():
             per[name].append(value)
             if len(suffixes) > 1:
                 out[f"{name}_{suffix}"] = value

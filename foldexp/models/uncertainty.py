@@ -45,7 +45,7 @@ from foldexp.models.evidential import (
     evidential_split,
     evidential_variance,
 )
-from foldexp.models.temperature import split_outputs
+from foldexp.models.temperature import per_target, split_outputs
 
 __all__ = [
     "HEAD_OUTPUTS",
@@ -177,19 +177,13 @@ def uncertainty_metrics(
     over targets, and per target when there are several. ``residual``, ``sigma``,
     ``labelled``: ``(N, T)`` over a split; ``scale``: each target's calibration scale."""
     names = ("coverage90", "coverage90_uncalibrated", "miscalibration_area")
-    per: dict[str, list[float]] = {name: [] for name in names}
-    out: dict[str, float] = {}
-    for k, suffix in enumerate(suffixes):
+
+    def metrics(k: int) -> dict[str, float]:
         z = (residual[:, k] / sigma[:, k])[labelled[:, k].bool()]
         values = (coverage(z, scale[k]), coverage(z), miscalibration_area(z, scale[k]))
-        for name, value in zip(names, values, strict=True):
-            per[name].append(value)
-            if len(suffixes) > 1:
-                out[f"{name}_{suffix}"] = value
-    for name, values in per.items():
-        finite = [v for v in values if not math.isnan(v)]
-        out[name] = sum(finite) / len(finite) if finite else math.nan
-    return out
+        return dict(zip(names, values, strict=True))
+
+    return per_target(names, suffixes, metrics)
 
 
 def check_uncertainty(uncertainty: Any, task: str) -> str:
