@@ -10,9 +10,11 @@ every plan (plans differ every batch; their groups' ops do not).
 What a capture promises is checked, never assumed:
 
 - **Shapes.** The row count is symbolic; every other size is fixed by the op's types. A size the
-  trace specialised on (a body branching on its row count) leaves a guard; each new row count is
-  checked against the guards once (cached), and a count that fails runs eagerly. One-row groups
-  have their own capture: size 1 is special to the shape system.
+  trace or the compiler specialised on (a body branching on its row count; Inductor's CPU sums,
+  which take another code path above 4,096 rows) leaves a guard; each new row count is checked
+  against the guards once (cached), and a count that fails every capture of the op gets a
+  capture of its own, up to ``MAX_CAPTURES`` (then it runs eagerly). One-row groups have their
+  own capture: size 1 is special to the shape system.
 - **Meaning.** A capture's first use is compared with the body run eagerly (values and
   gradients); a body that mutates its inputs or buffers, returns an alias the graphs leave out,
   or differs, is refused.
@@ -43,6 +45,7 @@ from foldexp.blocks.internal import Op
 
 __all__ = [
     "COMPILE_MODES",
+    "MAX_CAPTURES",
     "Captured",
     "capture_key",
     "captured",
@@ -59,6 +62,10 @@ log = logging.getLogger(__name__)
 
 COMPILE_MODES = ("off", "graphs", "inductor")
 _mode: str | None = None  # None: each device's default (``default_compile_mode``)
+# Captures of one op for one key and layout, each for the row counts its guards hold for. A
+# compiler's size specialisations split the counts in a few ranges; more than this many
+# captures means the body specialises on the count itself, where eager serves better.
+MAX_CAPTURES = 4
 
 
 def set_compile_mode(mode: str | None) -> str | None:
@@ -131,6 +138,7 @@ class Captured:
     n_params: int = 0
     rows_ok: dict[int, bool] = field(default_factory=dict)
     checked: bool = False
+    exact: bool = False  # its outputs have their types' dtypes, on the arguments' device
 
     def fits(self, args: list[Any], params: list[torch.Tensor], rows: int) -> bool:
         """Whether the graphs hold for ``rows`` rows (the trace's guards, checked once a count)."""
@@ -156,28 +164,42 @@ def capture_key(op: Op, params: list[torch.Tensor], mode: str, device: torch.dev
 
 
 def captured(
-    op: Op, args: list[Any], params: list[torch.Tensor], rows: int, key: tuple
+    op: Op,
+    blocks: list[Any],
+    layout: tuple[tuple[int, ...], ...],
+    params: list[torch.Tensor],
+    rows: int,
+    key: tuple,
 ) -> Captured | None:
-    """The op's capture for ``key`` (``capture_key``) and this row count (one, or many), made
-    on first use with the random generators' states put back after it; ``None`` where the op
-    runs on the eager route (refused, named once in the log)."""
-    store = op.runtime.setdefault("captures", {})
-    full = (key, rows == 1)
-    cap = store.get(full)
-    if cap is not None or "capture_refused" in op.runtime:
-        return cap
-    devices = [a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda"]
+    """The op's capture for ``key`` (``capture_key``), this gather layout and this row count
+    (one, or many), made on first use with the random generators' states put back after it;
+    ``None`` where the op runs on the eager route (refused, named once in the log).
+
+    ``blocks`` are the group's gathered arguments (``tape.tape_forward``): for each gather in
+    ``layout``, the one argument at its position, or the ``k`` arguments at its ``k`` positions
+    as one ``(k, rows, ...)`` block, split inside the graphs."""
+    caps = op.runtime.setdefault("captures", {}).setdefault((key, layout, rows == 1), [])
+    for cap in caps:
+        if cap.fits(blocks, params, rows):
+            return cap
+    if "capture_refused" in op.runtime or len(caps) >= MAX_CAPTURES:
+        return None
+    devices = [a.device for a in blocks if isinstance(a, torch.Tensor) and a.device.type == "cuda"]
     start = time.perf_counter()
+    cap = None
     try:
         with torch.random.fork_rng(devices=devices[:1]):
-            cap = store[full] = _capture(op, args, params, rows)
+            cap = _capture(op, blocks, layout, params, rows)
+        if not cap.fits(blocks, params, rows):
+            raise Refused(f"its capture for {rows} rows does not hold for {rows} rows")
+        caps.append(cap)
         _made[0] += 1
         _made[1] += time.perf_counter() - start
     except Refused as e:
         _refuse(op, str(e))
     except Exception as e:  # noqa: BLE001  (any failure of the tracer: eager route)
         _refuse(op, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-    return cap
+    return cap if "capture_refused" not in op.runtime else None
 
 
 _made = [0, 0.0]  # captures made since the last report, and their seconds
@@ -202,7 +224,7 @@ def refusal(op: Op) -> str | None:
 
 
 def _example(args: list[Any]) -> list[Any]:
-    """The group's arguments as the capture's example: float ones are fresh leaves."""
+    """The group's argument blocks as the capture's example: float ones are fresh leaves."""
     out = []
     for a in args:
         if not isinstance(a, torch.Tensor):
@@ -219,9 +241,10 @@ def _modules(op: Op) -> list[torch.nn.Module]:
     return list(mods.values())
 
 
-def _body(op: Op, params: list[torch.Tensor]) -> Any:
-    """``body(*params, *args)``: the op's forward with ``params`` standing in for its modules'
-    own, so that they are the graphs' inputs."""
+def _body(op: Op, params: list[torch.Tensor], layout: tuple[tuple[int, ...], ...]) -> Any:
+    """``body(*params, *blocks)``: the op's forward with ``params`` standing in for its modules'
+    own, so that they are the graphs' inputs, and its arguments taken from the gathers' blocks
+    (``captured``)."""
     index = {id(p): i for i, p in enumerate(params)}
     names = []
     for m in _modules(op):
@@ -230,9 +253,14 @@ def _body(op: Op, params: list[torch.Tensor]) -> Any:
         names.append((m, [(n, index[id(p)]) for n, p in m.named_parameters(remove_duplicate=False)
                           if id(p) in index]))  # fmt: skip
     n_params = len(params)
+    n_args = len(op.in_types)
 
     def body(*flat: torch.Tensor) -> list[torch.Tensor]:
-        xs = list(flat[n_params:])
+        xs: list[Any] = [None] * n_args
+        for block, positions in zip(flat[n_params:], layout):
+            parts = (block,) if len(positions) == 1 else block.unbind(0)
+            for pos, part in zip(positions, parts):
+                xs[pos] = part
         with ExitStack() as stack:
             for m, pairs in names:
                 swap = {n: flat[i] for n, i in pairs}
@@ -242,7 +270,13 @@ def _body(op: Op, params: list[torch.Tensor]) -> Any:
     return body
 
 
-def _capture(op: Op, args: list[Any], params: list[torch.Tensor], rows: int) -> Captured:
+def _capture(
+    op: Op,
+    blocks: list[Any],
+    layout: tuple[tuple[int, ...], ...],
+    params: list[torch.Tensor],
+    rows: int,
+) -> Captured:
     from foldexp.executor.graphs import trace_graphs  # the tracer's imports cost ~1 s
 
     if getattr(op, "parts", None) is None and type(op).__name__ == "LoopOp":
@@ -252,19 +286,21 @@ def _capture(op: Op, args: list[Any], params: list[torch.Tensor], rows: int) -> 
     held = {id(p) for m in _modules(op) for p in m.parameters()}
     if any(id(p) not in held for p in params):
         raise Refused("a parameter is not held by the op's module")
-    example = _example(args)
+    example = _example(blocks)
     leaves = [p.detach().requires_grad_(p.requires_grad) for p in params]
-    body = _body(op, params)
+    body = _body(op, params, layout)
+    # the row dimension of each block: a (k, rows, ...) block's second
+    row_dims = [int(len(positions) > 1) for positions in layout] if rows != 1 else None
     with warnings.catch_warnings():  # torch's tracer and compiler warn of their own internals
         warnings.simplefilter("ignore")
-        cap = trace_graphs(body, [*leaves, *example], len(params), op.n_out, dynamic=rows != 1)
+        cap = trace_graphs(body, [*leaves, *example], len(params), op.n_out, row_dims)
     cap.n_params = len(params)
-    _check_against_eager(op, cap, body, leaves, example)
+    _check_against_eager(op, cap, body, leaves, example, rows)
     return cap
 
 
 def _check_against_eager(
-    op: Op, cap: Captured, body: Any, params: list[torch.Tensor], example: list[Any]
+    op: Op, cap: Captured, body: Any, params: list[torch.Tensor], example: list[Any], rows: int
 ) -> None:
     """Runs the example through the graphs and eagerly; refuses the op where they differ. Random
     ops are compared for shapes only (their draws differ)."""
@@ -275,13 +311,17 @@ def _check_against_eager(
     for k, (o, want) in enumerate(zip(eager, cap.grad_outputs)):
         if not isinstance(o, torch.Tensor):
             raise Refused(f"output {k} is not a tensor")
-        if o.shape[:1] != example[0].shape[:1] or o.shape[1:] != op.out_types[k].shape:
+        if o.shape[:1] != (rows,) or o.shape[1:] != op.out_types[k].shape:
             raise Refused(f"output {k} has shape {tuple(o.shape)}, not its type's")
         if o.requires_grad != want:
             raise Refused(f"output {k}'s gradient is not one the graphs take")
     with torch.no_grad():
         flat = cap.forward(*inputs)
     outs = list(flat[: cap.n_out])
+    devices = {x.device for x in example}
+    cap.exact = len(devices) == 1 and all(
+        o.dtype == t.dtype and o.device in devices for o, t in zip(outs, op.out_types)
+    )
     if not random:
         for k, (o, e) in enumerate(zip(outs, eager)):
             if not torch.allclose(o, e.detach(), rtol=1e-4, atol=1e-5):

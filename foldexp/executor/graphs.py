@@ -1,18 +1,20 @@
 """Tracing a body into AOTAutograd's forward and backward graphs, kept to be called directly.
 
-``trace_graphs(body, inputs, n_out, dynamic)`` runs ``body`` once through ``aot_function`` with
-compilers that keep the two FX graphs the min-cut partitioner hands them (what the backward
-recomputes rather than saves is its choice), then once backward, so that both exist. The graphs'
-calling convention is the partitioner's: the forward returns the outputs, then the saved tensors,
-then the saved sizes; the backward takes the sizes, then the tensors, then one gradient per
-output that has one. The counts are read off the graphs and checked against each other: a body
-whose graphs carry more (an input mutated, an output that aliases an input) is refused.
+``trace_graphs(body, inputs, n_params, n_out, row_dims)`` runs ``body`` once through
+``aot_function`` with compilers that keep the two FX graphs the min-cut partitioner hands them
+(what the backward recomputes rather than saves is its choice), then once backward, so that both
+exist. The graphs' calling convention is the partitioner's: the forward returns the outputs,
+then the saved tensors, then the saved sizes; the backward takes the sizes, then the tensors,
+then one gradient per output that has one. The counts are read off the graphs and checked
+against each other: a body whose graphs carry more (an input mutated, an output that aliases an
+input) is refused.
 
 With ``device.compile=inductor`` each graph is then compiled by Inductor (``inductor.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -33,10 +35,12 @@ __all__ = ["trace_graphs"]
 
 
 def trace_graphs(
-    body: Any, inputs: list[Any], n_params: int, n_out: int, dynamic: bool
+    body: Any, inputs: list[Any], n_params: int, n_out: int, row_dims: Sequence[int] | None
 ) -> Captured:
     """``body``'s graphs for inputs shaped like ``inputs``: the first ``n_params`` (parameters)
-    of fixed shape, the others with a symbolic row count where ``dynamic``, else all fixed."""
+    of fixed shape, the others with a symbolic row count in dimension ``row_dims[i]`` (all
+    sizes fixed where ``row_dims`` is ``None``)."""
+    dynamic = row_dims is not None
     kept: dict[str, Any] = {}
     inductor = compile_mode(_device(inputs)) == "inductor"
     if inductor:
@@ -59,7 +63,7 @@ def trace_graphs(
         decompositions=_decompositions() if inductor else None,
         dynamic=dynamic,
     )
-    mode, fakes = _fake_inputs(inputs, n_params, dynamic)
+    mode, fakes = _fake_inputs(inputs, n_params, row_dims)
     with torch.enable_grad(), mode:
         outs = traced(*fakes)
         if not isinstance(outs, (list, tuple)) or len(outs) != n_out:
@@ -119,19 +123,20 @@ def _decompositions() -> dict[Any, Any]:
 
 
 def _fake_inputs(
-    inputs: list[Any], n_params: int, dynamic: bool
+    inputs: list[Any], n_params: int, row_dims: Sequence[int] | None
 ) -> tuple[FakeTensorMode, list[Any]]:
-    """Fake stand-ins of ``inputs`` in a mode of their own: only the arguments' first (row)
-    dimension symbolic, so the tracer reasons about one unknown size, not every size (sizes
-    of equal value are not tied: ``duck_shape=False``). A one-row capture has a shape
-    environment too, with no symbol in it: Inductor's graph cache needs one."""
+    """Fake stand-ins of ``inputs`` in a mode of their own: only the arguments' row dimension
+    symbolic, so the tracer reasons about one unknown size, not every size (sizes of equal
+    value are not tied: ``duck_shape=False``). A one-row capture has a shape environment too,
+    with no symbol in it: Inductor's graph cache needs one."""
     mode = FakeTensorMode(shape_env=ShapeEnv(duck_shape=False))
     fakes = []
     for i, x in enumerate(inputs):
-        if i < n_params or not dynamic or x.dim() == 0:
+        if i < n_params or row_dims is None or x.dim() <= row_dims[i - n_params]:
             fakes.append(mode.from_tensor(x, static_shapes=True))
             continue
-        sizes = [DimDynamic.DYNAMIC] + [DimDynamic.STATIC] * (x.dim() - 1)
+        sizes = [DimDynamic.STATIC] * x.dim()
+        sizes[row_dims[i - n_params]] = DimDynamic.DYNAMIC
         context = StatelessSymbolicContext(dynamic_sizes=sizes)
         source = ConstantSource(f"arg{i}")
         fakes.append(mode.from_tensor(x, symbolic_context=context, source=source))

@@ -44,7 +44,6 @@ where autograd materialises a full-size gradient per depth (O(nodes × depth) me
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -62,7 +61,13 @@ from foldexp.executor.calls import (
 )
 from foldexp.executor.capture import capture_key, compile_mode, report_captures
 from foldexp.executor.replay import run_kept
-from foldexp.executor.tape import TapeRecord, add_rows, tape_backward, tape_forward
+from foldexp.executor.tape import (
+    TapeRecord,
+    add_rows,
+    gather_layouts,
+    tape_backward,
+    tape_forward,
+)
 from foldexp.kernels import WeightGradients, collecting_weight_gradients
 from foldexp.kernels.arena import scratch_arena
 
@@ -130,30 +135,37 @@ class _Sweep:
         plan = self.plan
         bufs = self.bufs = allocate(plan, self.device)
         self.records: list[Any] = []
-        deferring = collecting_weight_gradients(self.weight_grads)
-        # On the tape only the groups it refuses run under the dense route: each aten call of a
-        # captured graph would pass through its mode.
-        outer = nullcontext() if self.tape else dense_route(self.device)
-        with torch.enable_grad(), outer, deferring, scratch_arena("forward"):
-            for g in plan.groups:
-                op = self.ops[g.op]
-                record = (
-                    tape_forward(op, g, bufs, self.op_all[g.op], self.keys[g.op])
-                    if self.tape
-                    else None
-                )
-                self.records.append(record or self._eager_group(op, g, bufs))
         if self.tape:
-            report_captures(self.mode)
+            self._tape_forward(bufs)
+            return outputs(plan, bufs)
+        deferring = collecting_weight_gradients(self.weight_grads)
+        with torch.enable_grad(), dense_route(self.device), deferring, scratch_arena("forward"):
+            for g in plan.groups:
+                self.records.append(self._eager_group(self.ops[g.op], g, bufs))
         return outputs(plan, bufs)
+
+    def _tape_forward(self, bufs: list[torch.Tensor]) -> None:
+        """The forward on the tape: captured groups run without grad (nothing for autograd to
+        record); the groups it refuses take their own graphs, under the dense route (each aten
+        call of a captured graph would pass through its mode)."""
+        plan = self.plan
+        with torch.no_grad(), collecting_weight_gradients(None), scratch_arena("forward"):
+            for g, layout in zip(plan.groups, gather_layouts(plan)):
+                op = self.ops[g.op]
+                record = tape_forward(op, g, layout, bufs, self.op_all[g.op], self.keys[g.op])
+                if record is None:
+                    deferring = collecting_weight_gradients(self.weight_grads)
+                    with torch.enable_grad(), dense_route(self.device), deferring:
+                        record = self._eager_group(op, g, bufs)
+                self.records.append(record)
+        report_captures(self.mode)
 
     def _eager_group(self, op: Op, g: Group, bufs: list[torch.Tensor]) -> tuple[Any, ...]:
         """Runs one group with its own small autograd graph (inputs → outputs), kept for the
         backward."""
         leaves: list[torch.Tensor] = []
         spans: list[int] = []
-        with dense_route(self.device) if self.tape else nullcontext():
-            outs = call_op(op, arguments(op, g, bufs, leaves, spans))
+        outs = call_op(op, arguments(op, g, bufs, leaves, spans))
         write_outputs(bufs, g.outs, [o.detach() for o in outs])
         return (leaves, spans, outs)
 

@@ -5,13 +5,16 @@ A differentiable sweep (``run.py``) is one ``autograd.Function``. With ``device.
 
     gather → captured forward (no autograd) → write the rows
 
-and pushes a ``TapeRecord`` (the capture and what its backward saved). The sweep's backward
-walks the records deepest first: the output rows' gradients go into the captured backward,
-whose argument gradients are added into their rows (one ``index_add_`` a gather, a slice
-``add_``) and whose parameter gradients are summed and returned through autograd (so DDP's
-hooks and optimizers see them as always). No group keeps an autograd graph and the engine runs
-once per step, for the whole sweep: on a host-bound step that is most of the time the per-group
-route spends (``docs/PERFORMANCE.md``).
+and pushes a ``TapeRecord`` (the capture and what its backward saved). Each gather's rows go in
+as one block: ``k`` arguments of one type read together as a ``(k, n, ...)`` view, split inside
+the graph, so that the backward hands back one gradient block per gather (Inductor writes the
+parts into it where they are computed) instead of ``k`` parts to concatenate before their rows
+are added. The sweep's backward walks the records deepest first: the output rows' gradients go
+into the captured backward, whose gather gradients are added into their rows (one ``index_add_``
+a gather, a slice ``add_``) and whose parameter gradients are summed and returned through
+autograd (so DDP's hooks and optimizers see them as always). No group keeps an autograd graph
+and the engine runs once per step, for the whole sweep: on a host-bound step that is most of the
+time the per-group route spends (``docs/PERFORMANCE.md``).
 
 Groups of an op the tape refused (``capture.refusal``) run the per-group autograd route inside
 the same sweep, so a model mixes both freely.
@@ -24,19 +27,19 @@ made with the generator's state saved and restored, so a first step draws what l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from foldexp.blocks.internal import Op
-from foldexp.compiler.schedule import Group
-from foldexp.executor.calls import arguments, write_outputs
+from foldexp.compiler.schedule import Group, Plan
+from foldexp.executor.calls import copy_rows, read, write_outputs
 from foldexp.executor.capture import Captured, captured
-from foldexp.kernels import collecting_weight_gradients
 from foldexp.kernels.scatter import index_add_parts
 
-__all__ = ["TapeRecord", "add_rows", "tape_backward", "tape_forward"]
+__all__ = ["TapeRecord", "add_rows", "gather_layouts", "tape_backward", "tape_forward"]
 
 
 @dataclass
@@ -44,25 +47,49 @@ class TapeRecord:
     """One captured group's forward: the capture and the tensors and sizes its backward takes."""
 
     cap: Captured
-    saved: tuple[Any, ...]
+    saved: Sequence[Any]
 
 
 def tape_forward(
-    op: Op, group: Group, bufs: list[torch.Tensor], params: list[torch.Tensor], key: tuple
+    op: Op,
+    group: Group,
+    layout: tuple[tuple[int, ...], ...],
+    bufs: list[torch.Tensor],
+    params: list[torch.Tensor],
+    key: tuple,
 ) -> TapeRecord | None:
     """Runs ``group`` through ``op``'s capture for ``key`` (``capture_key``), its outputs
     written into their rows; ``None`` (nothing run) where the op, or this row count, takes
-    the per-group route."""
+    the per-group route. ``layout``: the group's gathers' positions (``gather_layouts``).
+    Called with grad mode off and no weight-gradient collector (``run.py``)."""
     if "capture_refused" in op.runtime:
         return None
-    args = arguments(op, group, bufs)
-    with torch.no_grad(), collecting_weight_gradients(None):
-        cap = captured(op, args, params, group.count, key)
-        if cap is None or not cap.fits(args, params, group.count):
-            return None
-        flat = cap.forward(*params, *args)
-    write_outputs(bufs, group.outs, flat[: cap.n_out])
-    return TapeRecord(cap, tuple(flat[cap.n_out :]))
+    count = group.count
+    blocks = []
+    for ga, positions in zip(group.gathers, layout):
+        x = read(bufs[ga.tid], ga.rows)
+        blocks.append(x if len(positions) == 1 else x.view(len(positions), count, *x.shape[1:]))
+    cap = captured(op, blocks, layout, params, count, key)
+    if cap is None:
+        return None
+    flat = cap.forward(*params, *blocks)
+    if cap.exact:
+        copy_rows(bufs, group.outs, flat[: cap.n_out])
+    else:
+        write_outputs(bufs, group.outs, flat[: cap.n_out])
+    return TapeRecord(cap, flat[cap.n_out :])
+
+
+def gather_layouts(plan: Plan) -> list[tuple[tuple[int, ...], ...]]:
+    """Each group's gathers' argument positions, kept in the plan's ``reuse``: a gather of
+    ``k`` arguments goes into the capture as one ``(k, rows, ...)`` block, which the capture
+    splits at these positions."""
+    layouts = plan.reuse.get("gather_layouts")
+    if layouts is None:
+        layouts = plan.reuse["gather_layouts"] = [
+            tuple(tuple(ga.positions) for ga in g.gathers) for g in plan.groups
+        ]
+    return layouts
 
 
 def tape_backward(
@@ -83,14 +110,13 @@ def tape_backward(
         return (None,) * n_params
     saved = record.saved
     res = cap.backward(*saved[cap.n_saved :], *saved[: cap.n_saved], *grads)
-    arg_grads = res[n_params:]
-    for ga in group.gathers:
+    for ga, block in zip(group.gathers, res[n_params:]):
         buf = gbuf[ga.tid]
-        if buf is None:
+        if buf is None or block is None:
             continue
-        parts = [arg_grads[p] for p in ga.positions]
-        if any(p is not None for p in parts):
-            add_rows(buf, ga.rows, parts)
+        if block.dim() != buf.dim():  # (k, n, ...): the rows of k arguments, in gather order
+            block = block.reshape(-1, *buf.shape[1:])
+        add_rows(buf, ga.rows, [block])
     return tuple(res[:n_params])
 
 

@@ -17,7 +17,7 @@ from torch import nn
 
 import foldexp.blocks as fb
 from foldexp import Compiler
-from foldexp.executor import capture, compile_mode, run, set_compile_mode
+from foldexp.executor import capture, compile_mode, run, set_compile_mode, tape
 from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf
 from foldexp.models.tree_lstm import binary_tree, random_tree, tree_lstm_classifier, word_leaf
 
@@ -160,6 +160,49 @@ def test_a_body_branching_on_its_row_count_is_right_for_every_count(mode: None) 
     model = Compiler(fb.Map(fb.Vector(3) >> fb.Function(_Branchy())) >> fb.Sum())
     for n in (2, 5, 2, 9, 3):
         _same_step(model, [[[float(i), 1.0, -1.0]] for i in range(n)])
+
+
+def test_a_count_outside_a_captures_guards_gets_a_capture_of_its_own(
+    mode: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.manual_seed(4)
+    model = Compiler(fb.Map(fb.Vector(3) >> fb.Function(_Branchy())) >> fb.Sum())
+    calls = _engine_entries(monkeypatch)
+    for n in (2, 5, 3, 9):
+        _step(model, [[[float(i), 1.0, -1.0]] for i in range(n)], "graphs")
+    assert calls[0] == 0, "a group left the tape"
+    (branchy,) = [op for op in model.ops if op.runtime.get("captures")]
+    (caps,) = branchy.runtime["captures"].values()
+    assert len(caps) == 2  # one for counts up to 3, one above
+    assert {n: ok for cap in caps for n, ok in cap.rows_ok.items() if ok} == {
+        2: True, 3: True, 5: True, 9: True,
+    }  # fmt: skip
+
+
+def test_a_gathers_arguments_are_one_block_and_their_gradients_too(
+    mode: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The binary cell's four arguments (two children's h and c, one type) are one gathered
+    block in the capture; its backward hands back one gradient block for their rows."""
+    rng = np.random.default_rng(1)
+    torch.manual_seed(1)
+    leaf = word_leaf(nn.Embedding(30, 4), TreeLSTMLeaf(4, 4))
+    model = Compiler(binary_tree(leaf, _PlainCell(4)) >> fb.GetItem(0))
+    trees = [random_tree(int(rng.integers(2, 20)), 30, rng) for _ in range(6)]
+    added: list[int] = []
+    real = tape.add_rows
+
+    def add_rows(buf, rows, parts):
+        added.append(len(parts))
+        real(buf, rows, parts)
+
+    monkeypatch.setattr(tape, "add_rows", add_rows)
+    _step(model, trees, "graphs")
+    assert added and set(added) == {1}  # one gradient block a gather
+    (cell,) = [op for op in model.ops if isinstance(op.module, _PlainCell)]
+    layouts = [layout for _, layout, _ in cell.runtime["captures"]]
+    assert set(layouts) == {((0, 1, 2, 3),)}  # h and c of both children: one gather, one input
+    assert all(capture.refusal(op) is None for op in model.ops)
 
 
 class _DataDependent(nn.Module):
