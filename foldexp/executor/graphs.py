@@ -88,25 +88,35 @@ def trace_graphs(
     run_bw = kept.get("backward compiled") or (direct_call(bw) if bw is not None else None)
     return Captured(
         run_fw, run_bw, n_out, n_saved, n_sizes, grad_outputs,
-        _guards(placeholders) if dynamic else None,
+        _guards(placeholders, n_params, row_dims) if row_dims is not None else None,
     )  # fmt: skip
 
 
-def _guards(placeholders: list[Any]) -> Any:
-    """The trace's guards on its inputs' sizes as one compiled expression: a function of the
-    inputs that says whether they hold (``None``: there are none). Fixed sizes are left out:
-    the op's types and the capture's key hold them."""
+def _guards(placeholders: list[Any], n_params: int, row_dims: Sequence[int]) -> Any:
+    """The trace's guards on its inputs' sizes as one function of the inputs that says whether
+    they hold (``None``: there are none). Torch's guards leave out every size that is fixed:
+    the op's types and the capture's key hold most, but a trace can pin the row count itself to
+    one value (a body branching at two adjacent counts, or reading its count), and that
+    capture holds for that count alone: those pinned row sizes are checked here."""
     shape_env = next((v.fake_mode.shape_env for v in placeholders if hasattr(v, "fake_mode")), None)
     if shape_env is None:
         return None
     code = shape_env.produce_guards_expression(placeholders)
-    if not code:
+    pinned = []
+    for i, dim in enumerate(row_dims, start=n_params):
+        size = placeholders[i].shape[dim] if placeholders[i].dim() > dim else None
+        fixed = size.node.maybe_as_int() if isinstance(size, torch.SymInt) else size
+        if fixed is not None:
+            pinned.append((i, dim, fixed))
+    if not code and not pinned:
         return None
-    compiled = compile(code, "<foldexp capture guards>", "eval")
+    compiled = compile(code, "<foldexp capture guards>", "eval") if code else None
 
     def hold(inputs: list[Any]) -> bool:
+        if any(inputs[i].shape[dim] != size for i, dim, size in pinned):
+            return False
         names = {f"t{i}": x for i, x in enumerate(inputs)}
-        return bool(eval(compiled, SYMPY_INTERP, {"L": names}))  # noqa: S307  (torch's code)
+        return compiled is None or bool(eval(compiled, SYMPY_INTERP, {"L": names}))  # noqa: S307
 
     return hold
 

@@ -179,6 +179,38 @@ def test_a_count_outside_a_captures_guards_gets_a_capture_of_its_own(
     }  # fmt: skip
 
 
+class _Adjacent(nn.Module):
+    """A body branching at two adjacent row counts: its trace at 4 rows pins the count to 4."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        y = self.lin(x)
+        n = x.shape[0]
+        return y * 3 if n > 4 else y * 2 if n > 3 else y
+
+
+class _ReadsItsCount(nn.Module):
+    """A body that reads its row count as a number: every trace of it is for one count."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.lin(x) * float(int(x.shape[0]))
+
+
+@pytest.mark.parametrize("body", [_Adjacent, _ReadsItsCount])
+def test_a_capture_pinned_to_one_count_serves_that_count_alone(mode: None, body) -> None:
+    torch.manual_seed(4)
+    model = Compiler(fb.Map(fb.Vector(3) >> fb.Function(body())) >> fb.Sum())
+    for n in (2, 4, 9, 3, 6, 7, 5, 4, 2):
+        _same_step(model, [[[float(i), 1.0, -1.0]] for i in range(n)])
+
+
 def test_a_gathers_arguments_are_one_block_and_their_gradients_too(
     mode: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
