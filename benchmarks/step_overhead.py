@@ -6,27 +6,26 @@ Usage: python benchmarks/step_overhead.py [--trees 256] [--leaves 64] [--hidden 
 For the peers' workload (``bench=peers``: random binary trees, the Tree-LSTM of
 ``foldexp/bench/peer_torch.py``) with foldexp's CPU-only kernels off (fused C++ cells, oneDNN),
 as on CUDA, prints for the engine (traces cached), the hand-written level-by-level batching
-(``level``) and the floor under both (``floor``: the engine's calls alone, backward by hand,
+(``level``) and the floor under both (``floor``: the fewest calls for the step, backward by hand,
 ``foldexp/bench/floor.py``):
 
 - ops per step: aten ops dispatched by one forward + backward (``TorchDispatchMode``), views
-  apart (they launch no kernel), and the most frequent of the others; the engine's both where
-  Triton is absent (torch's ops for the updates) and with the Triton kernels of a CUDA run,
-  each launch counted as one op (``foldexp/bench/stand_in.py``);
+  apart (they launch no kernel), and the most frequent of the others; the engine's both on the
+  per-group route (``device.compile=off``) and on the tape with its captured graphs run as they
+  are (``graphs``: the ops Inductor then fuses; ``executor/tape.py``);
 - syncs per step (``aten._local_scalar_dense``: a read that waits for the device) and uploads
   (host-to-device copies, counted with the model on the ``meta`` device);
 - the step's time at ``--small-hidden`` on 1 thread: medians over ``--repeats`` after a
   warm-up, the level/engine and level/floor ratios (same process), and the engine's time above
-  the floor (its own overhead); the engine both with torch's ops for the updates and with one
-  kernel call each way for the binary update (the peers' 17 groups of 18), as on CUDA (the
-  CPU's C++ update standing in for the Triton launch: ``stand_in.triton_stand_in``).
+  the floor (its own overhead); the engine on the per-group route and on the tape (``graphs``).
+  ``benchmarks/tape_step.py`` times the tape's modes, Inductor's included, round by round.
 
 Every figure above is measured on the CPU; no GPU is needed. With ``--device cuda`` it measures
 the same steps on the GPU instead: aten ops (not views) and kernels and memory copies launched
 per step (torch's profiler), the time the GPU was busy, the step's wall time (median, the
 device synchronized), and whether the engine's step runs under
-``torch.cuda.set_sync_debug_mode("error")``; the engine with its Triton kernels and with
-torch's ops for the updates.
+``torch.cuda.set_sync_debug_mode("error")``; the engine on the tape as CUDA's default runs it
+(``inductor`` where Triton is installed) and on the per-group route.
 """
 
 from __future__ import annotations
@@ -40,25 +39,15 @@ import warnings
 import torch
 
 from foldexp.bench.overhead import count_kernels, count_ops, cuda_route, peers_step
-from foldexp.bench.stand_in import triton_stand_in
+from foldexp.executor import compiling
 
-# (step, label, route): the engine where Triton is absent and with CUDA's Triton kernels
-_COUNTED = [
-    ("engine", "engine, ops", contextlib.nullcontext),
-    ("engine", "engine, triton", triton_stand_in),
+# (step, label, route): the engine on the per-group route and on the tape (its graphs as they
+# are, so that the count sees their aten ops), the level batching, the floor
+_ROUTES = [
+    ("engine", "engine, off", lambda: compiling("off")),
+    ("engine", "engine, tape", lambda: compiling("graphs")),
     ("level", "level", contextlib.nullcontext),
     ("floor", "floor", contextlib.nullcontext),
-]
-
-
-# (step, label, route) timed at the small width: the engine with torch's ops for the updates and
-# with one kernel call each way for the binary update (the CPU's C++ update standing in for
-# CUDA's Triton launch)
-_TIMED = [
-    ("engine", "engine, ops", contextlib.nullcontext),
-    ("engine", "engine, one-kernel cells", lambda: triton_stand_in(native=True)),
-    ("floor", "floor", contextlib.nullcontext),
-    ("level", "level", contextlib.nullcontext),
 ]
 
 
@@ -103,36 +92,29 @@ def _syncs_allowed(step) -> str:
 
 def on_cuda(args: argparse.Namespace) -> None:
     """The same steps on the GPU: kernels per step, busy time, wall time, host syncs; the engine
-    with its Tree-LSTM update in Triton kernels (where Triton is present) and in torch's ops."""
-    try:
-        from foldexp.kernels.treelstm_triton import set_triton_cells_enabled
-    except ImportError:  # a foldexp from before the Triton cells: measured as it is
-        set_triton_cells_enabled = None
+    on the tape (CUDA's default mode) and on the per-group route."""
     shape = dict(trees=args.trees, leaves=args.leaves)
     print(f"{args.trees} trees of {args.leaves} leaves on {torch.cuda.get_device_name()}")
     print(
         f"{'':14} {'hidden':>6} {'ops':>5} {'kernels':>8} {'copies':>6} {'busy ms':>8} "
         f"{'step ms':>8}  syncs"
     )
-    # (step, label, Triton cells)
-    runs = [("engine", "engine, triton", True), ("engine", "engine, ops", False),
-            ("level", "level", True), ("floor", "floor", True)]  # fmt: skip
-    if set_triton_cells_enabled is None:  # a foldexp from before the Triton cells (no floor)
-        runs = [("engine", "engine, ops", False), ("level", "level", False)]
+    # (step, label, device.compile): None is CUDA's default
+    runs = [("engine", "engine, tape", None), ("engine", "engine, off", "off"),
+            ("level", "level", None), ("floor", "floor", None)]  # fmt: skip
     for hidden in (args.hidden, args.small_hidden):
-        for name, label, triton in runs:
-            if set_triton_cells_enabled is not None:
-                set_triton_cells_enabled(triton)
-            step = _step(name, hidden=hidden, device="cuda", **shape)
-            if step is None:
-                continue
-            med, _, _ = _median_seconds(step, args.repeats, torch.cuda.synchronize)
-            k = count_kernels(step)
-            ops = count_ops(step).not_views  # aten ops; Triton's launches are kernels only
-            syncs = "-"  # the floor has no autograd to sync
-            if name == "engine":
-                syncs = _syncs_allowed(step)
-            elif name == "level":
+        for name, label, mode in runs:
+            with compiling(mode):
+                step = _step(name, hidden=hidden, device="cuda", **shape)
+                if step is None:
+                    continue
+                med, _, _ = _median_seconds(step, args.repeats, torch.cuda.synchronize)
+                k = count_kernels(step)
+                ops = count_ops(step).not_views  # aten ops; compiled kernels are kernels only
+                syncs = "-"  # the floor has no autograd to sync
+                if name == "engine":
+                    syncs = _syncs_allowed(step)
+            if name == "level":
                 syncs = "reads its loss"
             print(
                 f"{label:14} {hidden:6d} {ops:5d} {k.launches:8d} {k.copies:6d} "
@@ -140,8 +122,6 @@ def on_cuda(args: argparse.Namespace) -> None:
             )
             if hidden == args.hidden:
                 print(f"{'':23} top: {k.top()}")
-    if set_triton_cells_enabled is not None:
-        set_triton_cells_enabled(True)
 
 
 def main() -> None:
@@ -162,7 +142,7 @@ def main() -> None:
     with cuda_route():
         print(f"\nhidden {args.hidden}: one step, forward + backward")
         print(f"{'':15} {'ops':>6} {'views':>6} {'other':>6} {'syncs':>6} {'uploads':>8}  top ops")
-        for name, label, route in _COUNTED:
+        for name, label, route in _ROUTES:
             with route():
                 step = _step(name, hidden=args.hidden, **shape)
                 if step is None:
@@ -171,7 +151,9 @@ def main() -> None:
                 step()  # traces cached, buffers sized: a step as an epoch's later ones are
                 c = count_ops(step)
                 uploads = "-"
-                if name == "engine":  # level reads its loss, the floor needs a kernel: no meta
+                # level reads its loss, the floor needs a kernel: no meta; on ``meta`` the
+                # tape's check against eager cannot read values, so only the per-group route
+                if label == "engine, off":
                     meta = peers_step(name, hidden=args.hidden, device="meta", **shape)
                     meta()
                     uploads = str(count_ops(meta).uploads)
@@ -181,7 +163,7 @@ def main() -> None:
             )
         print(f"\nhidden {args.small_hidden}, 1 thread: step time, median (min-max) ms")
         medians = {}
-        for name, label, route in _TIMED:
+        for name, label, route in _ROUTES:
             with route():
                 step = _step(name, hidden=args.small_hidden, **shape)
                 if step is None:

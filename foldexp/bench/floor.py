@@ -1,25 +1,26 @@
 """The floor under a step: the peers' Tree-LSTM step as the fewest calls, backward by hand.
 
-On CUDA's route the engine runs each depth of the peers' step as: one gather of the children's
-states, the gates' product, one update kernel; and backward, the update's kernel, one product
-and the gradients' scatters; the weights' products once at the end. ``floor_step`` issues those
-calls and nothing else (its gathers and scatters two a depth, ``h`` and ``c`` apart, where the
-engine concatenates to make them one): no autograd graph (the backward is written out), no
-engine bookkeeping, the working buffers allocated once, outside the step (the gradients' two
-zeroed in it), the batch's structure known in advance. What it costs is what the calls
-themselves cost at these sizes (on a CPU their arithmetic, on a GPU mostly their launches), so
-``step_overhead`` reads the engine's step minus the floor as the engine's own overhead, and
-level / floor as the most any executor issuing these calls from Python could reach against the
-level batching.
+The fewest calls the peers' step can be: each depth one gather of the children's states, the gates'
+product and one update kernel; backward, the update's kernel, one product and the gradients'
+scatters; the weights' products once at the end. What the engine issues is the same shape (on the
+tape under Inductor, the update is the kernel or two Inductor makes of torch's ops). ``floor_step``
+issues those calls and nothing else (its gathers and scatters two a depth, ``h`` and ``c`` apart):
+no autograd graph (the backward is written out), no engine bookkeeping, the working buffers
+allocated once, outside the step (the gradients' two zeroed in it), the batch's structure known in
+advance. What it costs is what the calls themselves cost at these sizes (on a CPU their arithmetic,
+on a GPU mostly their launches), so ``step_overhead`` reads the engine's step minus the floor as the
+engine's own overhead, and level / floor as the most any executor issuing these calls from Python
+could reach against the level batching.
 
-The update kernels are the CPU's C++ ones (``kernels/fused_cells.cpp``) or CUDA's Triton ones
-(``kernels/triton_kernels.py``), the same arithmetic; where neither is present there is no
-floor. The loss and every gradient equal the engine's to float rounding
+The update kernels are the CPU's C++ ones (``kernels/fused_cells.cpp``) or, on CUDA, Triton ones
+written for the floor alone (``floor_triton.py``), the same arithmetic; where neither is present
+there is no floor. The loss and every gradient equal the engine's to float rounding
 (``tests/unit/bench/test_floor.py``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from typing import Any
 
@@ -60,18 +61,21 @@ class _CppUpdates:
 
 
 class _TritonUpdates:
-    """CUDA's update kernels (``triton_kernels``), launched as ``treelstm_triton`` does."""
+    """CUDA's update kernels (``floor_triton``): one launch over every element of the result,
+    ``BLOCK`` elements a program."""
+
+    BLOCK = 512
 
     def __init__(self) -> None:
-        from foldexp.kernels import treelstm_triton, triton_kernels
+        from foldexp.bench import floor_triton
 
-        self.k, self.wrappers = triton_kernels, treelstm_triton
+        self.k = floor_triton
 
     def _go(self, kernel: Any, like: torch.Tensor, *args: Any, **flags: Any) -> None:
-        n_el, block = like.numel(), self.wrappers._BLOCK
+        n_el = like.numel()
         strides = flags.pop("strides")
-        kernel[self.wrappers._grid(n_el)](*args, n_el, like.shape[1], *strides, BLOCK=block,
-                                           **flags)  # fmt: skip
+        grid = ((n_el + self.BLOCK - 1) // self.BLOCK,)
+        kernel[grid](*args, n_el, like.shape[1], *strides, BLOCK=self.BLOCK, **flags)
 
     def binary(self, z, cl, cr, h, c) -> None:  # noqa: ANN001
         s = (z.stride(0), cl.stride(0), cr.stride(0), cl.stride(0))
@@ -105,9 +109,7 @@ def _pointers(*ts: torch.Tensor) -> list[int]:
 
 def _updates(device: torch.device) -> Any:
     if device.type == "cuda":
-        from foldexp.kernels.treelstm_triton import _triton_present
-
-        return _TritonUpdates() if _triton_present() else None
+        return _TritonUpdates() if importlib.util.find_spec("triton") is not None else None
     from foldexp.kernels.native import load_kernels
 
     lib = load_kernels()

@@ -14,9 +14,6 @@ tensor on another device: run the step with the model on ``meta`` to count them 
 Tree-LSTM of ``peer_torch``) as one step of the engine (traces cached), of the hand-written
 level-by-level batching, or of the floor under both (``floor.py``), on the route a CUDA run
 takes (foldexp's CPU-only kernels off).
-
-On a CPU, ``stand_in.triton_stand_in`` completes that route: the Triton kernels' launches are
-computed by torch ops hidden from ``count_ops``, each counted as one op.
 """
 
 from __future__ import annotations
@@ -95,7 +92,7 @@ class _Counting(TorchDispatchMode):
         return out
 
 
-# The counts in progress: ``stand_in``'s launches add themselves to the innermost.
+# The counts in progress: the floor's C++ update calls add themselves to the innermost.
 counting: list[OpCount] = []
 
 

@@ -86,8 +86,8 @@ def default_compile_mode(device_type: str) -> str:
     """``device.compile: null``. On the CPU the per-group route: foldexp's fused C++ cells make
     it faster than the captured graphs run as they are, and Inductor's compile (tens of seconds
     on two cores) costs more than a short run gains (``docs/PERFORMANCE.md``). On CUDA the tape,
-    compiled by Inductor where Triton is installed (kernels fused as the hand-written ones are,
-    for a user's cells too), else its graphs as they are."""
+    compiled by Inductor where Triton is installed (each cell's pointwise ops fused into a
+    kernel or two, a user's cells too), else its graphs as they are."""
     if device_type != "cuda":
         return "off"
     return "inductor" if importlib.util.find_spec("triton") is not None else "graphs"

@@ -34,9 +34,6 @@ kernel (``kernels/pointwise_graph.py``), so a user's cell gets what foldexp's fu
 Kept plans. A plan run again without gradients (a repeated request, served from the compiler's
 plan cache) reuses its buffers and gathers into rows it keeps (``replay.py``).
 
-Scratch memory. Each pass of a differentiable sweep opens an arena (``kernels/arena.py``): the
-Triton route's per-group results come out of a few large blocks, not an allocation each.
-
 This avoids the trap of gathering each depth from a growing concatenation of all earlier outputs,
 where autograd materialises a full-size gradient per depth (O(nodes × depth) memory traffic).
 """
@@ -69,7 +66,6 @@ from foldexp.executor.tape import (
     tape_forward,
 )
 from foldexp.kernels import WeightGradients, collecting_weight_gradients
-from foldexp.kernels.arena import scratch_arena
 
 __all__ = ["execute"]
 
@@ -139,7 +135,7 @@ class _Sweep:
             self._tape_forward(bufs)
             return outputs(plan, bufs)
         deferring = collecting_weight_gradients(self.weight_grads)
-        with torch.enable_grad(), dense_route(self.device), deferring, scratch_arena("forward"):
+        with torch.enable_grad(), dense_route(self.device), deferring:
             for g in plan.groups:
                 self.records.append(self._eager_group(self.ops[g.op], g, bufs))
         return outputs(plan, bufs)
@@ -149,7 +145,7 @@ class _Sweep:
         record); the groups it refuses take their own graphs, under the dense route (each aten
         call of a captured graph would pass through its mode)."""
         plan = self.plan
-        with torch.no_grad(), collecting_weight_gradients(None), scratch_arena("forward"):
+        with torch.no_grad(), collecting_weight_gradients(None):
             for g, layout in zip(plan.groups, gather_layouts(plan)):
                 op = self.ops[g.op]
                 record = tape_forward(op, g, layout, bufs, self.op_all[g.op], self.keys[g.op])
@@ -199,7 +195,7 @@ class _Sweep:
         self.weight_grads.accepting = not torch.is_grad_enabled()
         try:
             collecting = collecting_weight_gradients(self.weight_grads)
-            with dense_route(self.device), collecting, scratch_arena("backward"):
+            with dense_route(self.device), collecting:
                 self._backward_groups(gbuf, param_grads, owned)
         finally:
             self.weight_grads.accepting = False

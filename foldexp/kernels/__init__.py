@@ -1,9 +1,10 @@
 """Below the block layer: faster routes to standard ops (``linear``, ``dropout``), fused Tree-LSTM
 state updates (``treelstm``), gradient rows added into a buffer (``scatter``; these three C++
 built on first use by ``native``), a user's runs of pointwise ops as generated C++ kernels
-(``pointwise_graph``, ``pointwise_regions``, ``pointwise_code``), the Tree-LSTM updates as Triton
-kernels for CUDA (``treelstm_triton``, ``triton_kernels``; their results in per-pass scratch
-blocks, ``arena``) and memory."""
+(``pointwise_graph``, ``pointwise_regions``, ``pointwise_code``) and memory. The fused cells and
+the generated kernels serve the CPU's per-group route (``device.compile=off``); under
+``device.compile=inductor`` PyTorch's Inductor fuses every cell, ours and a user's alike
+(``executor/tape.py``)."""
 
 from foldexp.kernels.deferred import WeightGradients, collecting_weight_gradients
 from foldexp.kernels.denormals import flush_denormals

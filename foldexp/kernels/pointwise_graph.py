@@ -21,6 +21,12 @@ or plain attributes (which a trace bakes in) change after the trace runs as writ
 on. Otherwise, and where no run of at least ``MIN_OPS`` pointwise ops is found, the body runs
 as written. The checks cost one extra forward of one group per op and mode, and a kernel's
 first build about a second (cached on disk after).
+
+What it wins: on the CPU's default route (``device.compile=off``) it is what holds a user's cells
+level with foldexp's own. The peers' benchmark (``foldexp bench bench=peers``, 2 threads, hidden
+128), a user's plain cells over the level batching, two alternating runs: 3.05, 2.98× with it,
+2.68, 2.49× without (torch's ops), 2.85, 2.65× on the tape under Inductor, which would also cost a
+28 s first compile. On the tape and on CUDA Inductor fuses the same runs, and this stays out.
 """
 
 from __future__ import annotations

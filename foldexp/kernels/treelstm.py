@@ -5,13 +5,16 @@
 mask, carry)`` the leaf's ``c = i ⊙ u``, ``h = o ⊙ tanh(c)`` (i, o, u), or with ``carry`` a
 child-sum node's ``c = i ⊙ u + Σ_k f_k ⊙ c_k``; ``u = tanh(z_u) ⊙ mask`` where a
 recurrent-dropout mask is given. ``foldexp.models.cells`` calls them, and they run torch ops
-(``*_ops``) wherever ``applicable`` does not hold; both updates there (CUDA) as one
-``autograd.Function`` of few ops each way (``treelstm_few.py``).
+(``*_ops``) wherever ``applicable`` does not hold. On the tape those ops are what PyTorch
+captures, and under ``device.compile=inductor`` (CUDA's default where Triton is installed) what
+Inductor fuses, as it does a user's cells (``executor/tape.py``); otherwise they run as they are.
 
 Why: torch runs the binary update as about 15 kernels forward and 20 backward. At SST's groups
 (47 rows of 150, 1 thread) a forward + backward takes 211 µs in torch ops and 118 µs fused; on
 the peers' largest group (5,476 rows of 128, 2 threads) 9.7 ms against 3.1 ms
-(``benchmarks/fused_cells.py``).
+(``benchmarks/fused_cells.py``). Whole steps (``foldexp bench bench=peers``, 2 threads, engine
+over the level batching, two alternating runs): 2.91, 3.20× on this route, 2.82, 2.96× on the
+tape under Inductor, whose C++ for the same update does not match these loops yet.
 
 Where: CPU float32 tensors, the kernels built (``native.py``), and the switch on:
 ``set_fused_cells_enabled(None)`` (``device.fused_cells: null``, the default) uses them when they
@@ -36,12 +39,6 @@ from foldexp.kernels.native import (
     load_kernels,
     set_fused_cells_enabled,
     transforms_active,
-)
-from foldexp.kernels.treelstm_few import (
-    binary_state_few,
-    few_ops_apply,
-    few_ops_apply_leaf,
-    leaf_state_few,
 )
 
 __all__ = [
@@ -224,12 +221,9 @@ def _needs_graph(*tensors: torch.Tensor) -> bool:
 def binary_state(
     z: torch.Tensor, cl: torch.Tensor, cr: torch.Tensor, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(h, c)`` of binary Tree-LSTM nodes: fused where ``applicable``, else torch ops (few
-    of them where ``few_ops_apply``: ``treelstm_few.py``)."""
+    """``(h, c)`` of binary Tree-LSTM nodes: fused where ``applicable``, else torch ops."""
     n, hidden = cl.shape[0], cl.shape[-1]
     if not applicable(z, cl, cr) or not _mask_fits(mask, n, hidden):
-        if not transforms_active() and few_ops_apply(z, cl, cr, mask):
-            return binary_state_few(z, cl, cr, mask)
         return binary_state_ops(z, cl, cr, mask)
     if z.shape != (n, 5 * hidden) or cr.shape != (n, hidden):
         raise ValueError(f"binary_state: z {tuple(z.shape)}, children {tuple(cl.shape)}, "
@@ -252,8 +246,6 @@ def leaf_state(
         or not _mask_fits(mask, n, hidden)
         or any(tuple(k.shape) != (n, hidden) for k in carried)
     ):
-        if not transforms_active() and few_ops_apply_leaf(z, mask, carry):
-            return leaf_state_few(z, mask, carry)
         return leaf_state_ops(z, mask, carry)
     if z.shape[1] % 3:
         raise ValueError(f"leaf_state: z {tuple(z.shape)} is not (n, 3H)")

@@ -1,6 +1,7 @@
-"""foldexp's Triton kernels, for CUDA: the Tree-LSTM updates (binary and leaf, forward and
-backward; ``treelstm_triton``). Imported only when a CUDA call first needs them; Triton resolves a
-kernel's helpers from its module's globals."""
+"""The floor's update kernels on CUDA: the Tree-LSTM updates (binary and leaf, forward and
+backward) written out by hand in Triton, the measuring stick ``floor.py`` holds the engine to
+(the engine's own cells on CUDA are Inductor's, ``executor/tape.py``). Imported only when a CUDA
+floor is built; Triton resolves a kernel's helpers from its module's globals."""
 
 import triton
 import triton.language as tl
