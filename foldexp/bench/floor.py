@@ -75,7 +75,8 @@ class _TritonUpdates:
         n_el = like.numel()
         strides = flags.pop("strides")
         grid = ((n_el + self.BLOCK - 1) // self.BLOCK,)
-        kernel[grid](*args, n_el, like.shape[1], *strides, BLOCK=self.BLOCK, **flags)
+        with torch.cuda.device(like.device):  # Triton launches on the current device
+            kernel[grid](*args, n_el, like.shape[1], *strides, BLOCK=self.BLOCK, **flags)
 
     def binary(self, z, cl, cr, h, c) -> None:  # noqa: ANN001
         s = (z.stride(0), cl.stride(0), cr.stride(0), cl.stride(0))
