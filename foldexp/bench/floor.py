@@ -20,6 +20,7 @@ there is no floor. The loss and every gradient equal the engine's to float round
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from collections.abc import Callable
 from typing import Any
@@ -75,7 +76,9 @@ class _TritonUpdates:
         n_el = like.numel()
         strides = flags.pop("strides")
         grid = ((n_el + self.BLOCK - 1) // self.BLOCK,)
-        with torch.cuda.device(like.device):  # Triton launches on the current device
+        # Triton launches on the current device (in its interpreter, on the CPU: none to set)
+        on = torch.cuda.device(like.device) if like.is_cuda else contextlib.nullcontext()
+        with on:
             kernel[grid](*args, n_el, like.shape[1], *strides, BLOCK=self.BLOCK, **flags)
 
     def binary(self, z, cl, cr, h, c) -> None:  # noqa: ANN001
