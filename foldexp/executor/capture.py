@@ -139,6 +139,7 @@ class Captured:
     rows_ok: dict[int, bool] = field(default_factory=dict)
     checked: bool = False
     exact: bool = False  # its outputs have their types' dtypes, on the arguments' device
+    not_compiled: str | None = None  # why Inductor left its graphs as they are (None: it did not)
 
     def fits(self, args: list[Any], params: list[torch.Tensor], rows: int) -> bool:
         """Whether the graphs hold for ``rows`` rows (the trace's guards, checked once a count)."""
@@ -193,6 +194,7 @@ def captured(
         if not cap.fits(blocks, params, rows):
             raise Refused(f"its capture for {rows} rows does not hold for {rows} rows")
         caps.append(cap)
+        _say_not_compiled(op, cap)
         _made[0] += 1
         _made[1] += time.perf_counter() - start
     except Refused as e:
@@ -216,6 +218,13 @@ def report_captures(mode: str) -> None:
 def _refuse(op: Op, why: str) -> None:
     op.runtime["capture_refused"] = why
     log.info("%s runs on the eager route, not the tape: %s", op.name, why)
+
+
+def _say_not_compiled(op: Op, cap: Captured) -> None:
+    if cap.not_compiled is not None and "not_compiled" not in op.runtime:
+        op.runtime["not_compiled"] = cap.not_compiled
+        log.info("%s runs its graphs on the tape as they are, not compiled: %s", op.name,
+                 cap.not_compiled)  # fmt: skip
 
 
 def refusal(op: Op) -> str | None:
@@ -338,8 +347,13 @@ def _check_against_eager(
         got = cap.backward(*sizes, *tensors, *seeds)
     for i, e in zip(wants, expect):
         g = got[i]
-        if (e is None) != (g is None) or (
-            e is not None and not torch.allclose(g, e, rtol=1e-4, atol=1e-5)
-        ):
+        if (e is None) != (g is None) or (e is not None and not _close(g, e)):
             raise Refused(f"its graph's gradient of input {i} differs from autograd's")
     cap.checked = True
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """A gradient as autograd's; a sparse one (a word table's) compared as the dense it stands
+    for, where ``allclose`` has no sparse kernel."""
+    got, want = (t.to_dense() if t.is_sparse else t for t in (got, want))
+    return torch.allclose(got, want, rtol=1e-4, atol=1e-5)

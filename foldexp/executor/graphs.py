@@ -9,7 +9,10 @@ then one gradient per output that has one. The counts are read off the graphs an
 against each other: a body whose graphs carry more (an input mutated, an output that aliases an
 input) is refused.
 
-With ``device.compile=inductor`` each graph is then compiled by Inductor (``inductor.py``).
+With ``device.compile=inductor`` each graph is then compiled by Inductor (``inductor.py``). An op
+with a graph Inductor cannot compile (a sparse gradient: SST's word table) is traced again as
+``graphs`` traces it and stays on the tape, its graphs run as they are; the capture says why
+(``Captured.not_compiled``).
 """
 
 from __future__ import annotations
@@ -39,18 +42,39 @@ def trace_graphs(
 ) -> Captured:
     """``body``'s graphs for inputs shaped like ``inputs``: the first ``n_params`` (parameters)
     of fixed shape, the others with a symbolic row count in dimension ``row_dims[i]`` (all
-    sizes fixed where ``row_dims`` is ``None``)."""
+    sizes fixed where ``row_dims`` is ``None``). Under ``inductor``, a graph Inductor cannot
+    compile has both graphs traced again as ``graphs`` traces them (without Inductor's
+    decompositions: the same numbers as that mode, dropout's draws included)."""
+    inductor = compile_mode(_device(inputs)) == "inductor"
+    cap = _trace(body, inputs, n_params, n_out, row_dims, inductor)
+    if cap.not_compiled is not None:
+        why = cap.not_compiled
+        cap = _trace(body, inputs, n_params, n_out, row_dims, False)
+        cap.not_compiled = why
+    return cap
+
+
+def _trace(
+    body: Any,
+    inputs: list[Any],
+    n_params: int,
+    n_out: int,
+    row_dims: Sequence[int] | None,
+    inductor: bool,
+) -> Captured:
     dynamic = row_dims is not None
     kept: dict[str, Any] = {}
-    inductor = compile_mode(_device(inputs)) == "inductor"
     if inductor:
         from foldexp.executor.inductor import compile_graph
 
     def keep(name: str) -> Any:
         def compiler(gm: torch.fx.GraphModule, example: Any) -> Any:
             kept[name] = gm
-            if inductor:  # compiled here, where the tracer's fake mode is in force
-                kept[name + " compiled"] = compile_graph(gm, example, name == "backward")
+            if inductor and "not compiled" not in kept:  # here, in the tracer's fake mode
+                try:
+                    kept[name + " compiled"] = compile_graph(gm, example, name == "backward")
+                except Exception as err:  # noqa: BLE001  (the graphs run as they are)
+                    kept["not compiled"] = f"{type(err).__name__}: {_first_line(err)}"
             return make_boxed_func(gm)
 
         return compiler
@@ -86,10 +110,17 @@ def trace_graphs(
         _drop_detaches(bw)
     run_fw = kept.get("forward compiled") or direct_call(fw)
     run_bw = kept.get("backward compiled") or (direct_call(bw) if bw is not None else None)
-    return Captured(
+    cap = Captured(
         run_fw, run_bw, n_out, n_saved, n_sizes, grad_outputs,
         _guards(placeholders, n_params, row_dims) if row_dims is not None else None,
     )  # fmt: skip
+    cap.not_compiled = kept.get("not compiled")
+    return cap
+
+
+def _first_line(err: Exception) -> str:
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    return lines[0][:200] if lines else ""
 
 
 def _guards(placeholders: list[Any], n_params: int, row_dims: Sequence[int]) -> Any:
