@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import torch
+from tape_steps import step as _step  # beside this file (pytest puts its folder on the path)
 from torch import nn
 
 import foldexp.blocks as fb
@@ -27,16 +28,6 @@ def mode() -> Iterator[None]:
     old = capture._mode
     yield
     set_compile_mode(old)
-
-
-def _step(model: Compiler, inputs: list, mode: str) -> tuple[float, list[torch.Tensor]]:
-    set_compile_mode(mode)
-    model.zero_grad(set_to_none=True)
-    loss = model(inputs).pow(2).sum()
-    loss.backward()
-    return loss.item(), [
-        p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()
-    ]
 
 
 def _same_step(model: Compiler, inputs: list, atol: float = 1e-6) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tape_steps import step as _step  # beside this file (pytest puts its folder on the path)
 from torch import nn
 
 import foldexp.blocks as fb
@@ -29,15 +30,6 @@ def private_inductor_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> I
     old = capture._mode
     yield
     set_compile_mode(old)
-
-
-def _step(model: Compiler, inputs: list, mode: str) -> tuple[float, list[torch.Tensor]]:
-    set_compile_mode(mode)
-    model.zero_grad(set_to_none=True)
-    loss = model(inputs).pow(2).sum()
-    loss.backward()
-    grads = [p.grad.to_dense() if p.grad.is_sparse else p.grad.clone() for p in model.parameters()]
-    return loss.item(), grads
 
 
 def test_a_sparse_word_tables_gradient_is_checked_and_kept_sparse(
