@@ -18,6 +18,9 @@ What a capture promises is checked, never assumed:
 - **Meaning.** A capture's first use is compared with the body run eagerly (values and
   gradients); a body that mutates its inputs or buffers, returns an alias the graphs leave out,
   or differs, is refused.
+- **Twins.** Another op of the same structure (``shared_captures.py``: the same code and
+  values; a second model of the same cells) runs the first one's capture, once the check above
+  passes for it too: a process pays one trace per cell, not one per model.
 - **What cannot be traced** (data-dependent Python, a C++ kernel without a fake, hooks, loops
   of computed length) is refused at once. A refused op runs on the eager route, and is named
   once in the log with the reason.
@@ -42,6 +45,7 @@ from typing import Any
 import torch
 
 from foldexp.blocks.internal import Op
+from foldexp.executor import shared_captures
 
 __all__ = [
     "COMPILE_MODES",
@@ -190,7 +194,7 @@ def captured(
     cap = None
     try:
         with torch.random.fork_rng(devices=devices[:1]):
-            cap = _capture(op, blocks, layout, params, rows)
+            cap = _capture(op, blocks, layout, params, rows, key)
         if not cap.fits(blocks, params, rows):
             raise Refused(f"its capture for {rows} rows does not hold for {rows} rows")
         caps.append(cap)
@@ -285,6 +289,7 @@ def _capture(
     layout: tuple[tuple[int, ...], ...],
     params: list[torch.Tensor],
     rows: int,
+    key: tuple,
 ) -> Captured:
     from foldexp.executor.graphs import trace_graphs  # the tracer's imports cost ~1 s
 
@@ -298,6 +303,12 @@ def _capture(
     example = _example(blocks)
     leaves = [p.detach().requires_grad_(p.requires_grad) for p in params]
     body = _body(op, params, layout)
+    structure = shared_captures.structure_key(op, params)
+    if structure is not None:
+        structure = (structure, key, layout, rows == 1)
+        for twin in shared_captures.kept(structure):
+            if twin.fits(blocks, params, rows) and _agrees(op, twin, body, leaves, example, rows):
+                return twin
     # the row dimension of each block: a (k, rows, ...) block's second
     row_dims = [int(len(positions) > 1) for positions in layout] if rows != 1 else None
     with warnings.catch_warnings():  # torch's tracer and compiler warn of their own internals
@@ -305,7 +316,21 @@ def _capture(
         cap = trace_graphs(body, [*leaves, *example], len(params), op.n_out, row_dims)
     cap.n_params = len(params)
     _check_against_eager(op, cap, body, leaves, example, rows)
+    if structure is not None:
+        shared_captures.keep(structure, cap)
     return cap
+
+
+def _agrees(
+    op: Op, twin: Captured, body: Any, params: list[torch.Tensor], example: list[Any], rows: int
+) -> bool:
+    """Whether ``twin`` (another op's capture, of ``op``'s structure) computes ``op``'s body:
+    the check every capture passes, against this op's body run eagerly."""
+    try:
+        _check_against_eager(op, twin, body, params, example, rows)
+    except Refused:
+        return False
+    return True
 
 
 def _check_against_eager(

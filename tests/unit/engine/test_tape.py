@@ -18,7 +18,7 @@ from torch import nn
 
 import foldexp.blocks as fb
 from foldexp import Compiler
-from foldexp.executor import capture, compile_mode, run, set_compile_mode, tape
+from foldexp.executor import capture, compile_mode, run, set_compile_mode, shared_captures, tape
 from foldexp.models.cells import BinaryTreeLSTMCell, TreeLSTMLeaf
 from foldexp.models.tree_lstm import binary_tree, random_tree, tree_lstm_classifier, word_leaf
 
@@ -371,11 +371,13 @@ def test_inductor_compiles_the_tapes_graphs_and_the_step_is_unchanged(
     refused = [capture.refusal(op) for op in model.ops]
     assert refused == [None] * len(refused), refused
     assert (tmp_path / "home" / "inductor").is_dir()
-    # A warm start: captured afresh, every graph comes from Inductor's cache, none recompiled.
+    # A warm start (a fresh process: no op's captures, none kept to share): captured afresh,
+    # every graph comes from Inductor's cache, none recompiled.
     from torch._dynamo.utils import counters
 
     for op in model.ops:
         op.runtime.pop("captures", None)
+    shared_captures.clear()
     counters["inductor"].clear()
     assert _step(model, xs, "inductor")[0] == pytest.approx(got_loss, rel=1e-6)
     assert counters["inductor"]["fxgraph_cache_hit"] > 0
