@@ -208,15 +208,18 @@ def captured(
     return cap if "capture_refused" not in op.runtime else None
 
 
-_made = [0, 0.0]  # captures made since the last report, and their seconds
+_made = [0, 0.0, 0]  # captures made since the last report, their seconds, how many were twins'
 
 
 def report_captures(mode: str) -> None:
     """Logs once the captures a sweep made (a first step, a first one-row group), with their
     seconds: for ``inductor`` a cold compile and a warm start (Inductor's cache) differ here."""
     if _made[0]:
-        log.info("device.compile=%s: %d op(s) captured in %.1f s", mode, _made[0], _made[1])
-        _made[0], _made[1] = 0, 0.0
+        twins = f" ({_made[2]} of them another op's, of the same structure)" if _made[2] else ""
+        log.info(
+            "device.compile=%s: %d op(s) captured in %.1f s%s", mode, _made[0], _made[1], twins
+        )
+        _made[:] = [0, 0.0, 0]
 
 
 def _refuse(op: Op, why: str) -> None:
@@ -308,6 +311,7 @@ def _capture(
         structure = (structure, key, layout, rows == 1)
         for twin in shared_captures.kept(structure):
             if twin.fits(blocks, params, rows) and _agrees(op, twin, body, leaves, example, rows):
+                _made[2] += 1
                 return twin
     # the row dimension of each block: a (k, rows, ...) block's second
     row_dims = [int(len(positions) > 1) for positions in layout] if rows != 1 else None

@@ -7,6 +7,8 @@ changed global) is caught by the eager check; what it cannot describe is capture
 
 from __future__ import annotations
 
+import logging
+import re
 import sys
 from collections.abc import Iterator
 
@@ -57,7 +59,9 @@ def _same_step_on_the_tape(model: Compiler) -> None:
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
 
 
-def test_a_second_model_of_the_same_cells_runs_the_first_ones_graphs(traces: list[int]) -> None:
+def test_a_second_model_of_the_same_cells_runs_the_first_ones_graphs(
+    traces: list[int], caplog: pytest.LogCaptureFixture
+) -> None:
     torch.manual_seed(0)
     first = _model(nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)))
     _same_step_on_the_tape(first)
@@ -65,9 +69,16 @@ def test_a_second_model_of_the_same_cells_runs_the_first_ones_graphs(traces: lis
     assert made > 0
     torch.manual_seed(1)  # other weights: the graphs take them as inputs
     second = _model(nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)))
-    _same_step_on_the_tape(second)
+    with caplog.at_level(logging.INFO, logger="foldexp.executor.capture"):
+        _same_step_on_the_tape(second)
     assert traces[0] == made
     assert capture.refusal(second.ops[0]) is None
+    said = [r.getMessage() for r in caplog.records if "captured in" in r.getMessage()]
+    every_one = (
+        r"device.compile=graphs: (\d+) op\(s\) captured in \d+\.\d s"
+        r" \(\1 of them another op's, of the same structure\)"
+    )
+    assert len(said) == 1 and re.fullmatch(every_one, said[0]), said
 
 
 @pytest.mark.parametrize(

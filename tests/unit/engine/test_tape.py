@@ -338,7 +338,10 @@ def test_a_steps_captures_are_logged_once_with_their_seconds(
         _step(model, xs, "graphs")
     said = [r.getMessage() for r in caplog.records if "captured in" in r.getMessage()]
     assert len(said) == 1
-    assert re.fullmatch(r"device.compile=graphs: \d+ op\(s\) captured in \d+\.\d s", said[0])
+    twins = r"( \(\d+ of them another op's, of the same structure\))?"  # an earlier test's cells
+    assert re.fullmatch(
+        r"device.compile=graphs: \d+ op\(s\) captured in \d+\.\d s" + twins, said[0]
+    )
 
 
 @pytest.mark.slow
