@@ -366,7 +366,9 @@ def main(argv: list[str] | None = None) -> int:
 
     with command_logging():  # no handler a command sets up outlives it (foldexp/logs.py)
         if cmd in ("train", "bench"):  # Hydra apps report their own errors
-            return handlers[cmd](rest)
+            from foldexp.train.refused import no_sweep_folder_if_refused
+
+            return no_sweep_folder_if_refused(lambda: handlers[cmd](rest))  # -m: no folder left
         from foldexp.train.app import report_errors
 
         return report_errors(cmd, lambda: handlers[cmd](rest))

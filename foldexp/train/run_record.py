@@ -25,6 +25,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 
 from foldexp.train.artifacts import write_text
+from foldexp.train.refused import sweep_starting
 
 __all__ = ["SweepGuard", "staged_record", "write_staged_record"]
 
@@ -59,6 +60,7 @@ class SweepGuard(Callback):
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
+        sweep_starting(sweep_dir)  # a refused sweep leaves its folder as it was (refused.py)
         trainer = config.get("trainer") or {}
         found = (sweep_dir / "multirun.yaml", *_job_locks(sweep_dir))
         held = [str(p.relative_to(sweep_dir)) for p in found if p.exists()]
