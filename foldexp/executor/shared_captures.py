@@ -6,16 +6,17 @@ a process that builds the same model again (a sweep's next run, an ensemble's me
 depend on an op's code and on the values that code reads besides its parameters (the graphs'
 inputs), so two ops whose code and values are equal can run the same graphs.
 
-``structure_key(op, params)`` describes that: the op's class, its function's code, closure and
-defaults, every module in it with its class and its attributes' values, each parameter as its
-place in ``params`` (the graphs' inputs), and the op's types. An op holding anything it cannot
-describe by value (a tensor that is no parameter, an object of an unknown kind) has no key and
-is captured on its own, as are random ops, whose graphs no eager run can check by value.
+``structure_key(op, params)`` describes that, for ops whose code is torch's or foldexp's (their
+modules' classes, their functions, what those hold): the op's class and types, each function's
+code, closure and defaults, each module's class and its attributes' values, each parameter as
+its place in ``params``. Only that code qualifies because a key cannot see what code reads
+beyond the values it holds (a module-level global, a class attribute, a slot): torch's and
+foldexp's code reads nothing there that changes between two models. An op that runs a user's
+own class or function, holds a tensor that is no parameter or an object of another kind, or is
+random (no eager run can check its graphs by value) has no key and is captured on its own.
 
-What a key cannot see (a global variable or a class changed between two captures) is checked
-the way every capture is: a shared capture's first use by an op is compared with that op's body
-run eagerly, values and gradients (``capture._check_against_eager``); an op that differs gets
-its own capture.
+A shared capture's first use by an op is also checked the way every capture is: against that
+op's body run eagerly, values and gradients (``capture._check_against_eager``).
 """
 
 from __future__ import annotations
@@ -31,25 +32,22 @@ import torch
 from foldexp.blocks.internal import Op
 from foldexp.types import Type
 
-__all__ = ["MAX_KEPT", "clear", "keep", "kept", "structure_key"]
+__all__ = ["MAX_KEPT", "MAX_TWINS", "clear", "keep", "kept", "structure_key"]
 
 # Structures whose captures are kept; the least recently used goes first. A process that
 # builds model after model of new shapes (a sweep over hidden sizes) keeps this many.
 MAX_KEPT = 256
+MAX_TWINS = 4  # captures kept per structure (row-count ranges), the oldest dropped first
 _kept: OrderedDict[tuple, list[Any]] = OrderedDict()
 
-_VALUES = (type(None), bool, int, float, complex, str, bytes, range, slice, enum.Enum, Type)
+# The packages whose code a key may describe (see the module's docstring).
+_TRUSTED = ("torch", "foldexp")
+_VALUES = (type(None), bool, int, str, bytes, range, enum.Enum, Type)
 _TORCH_VALUES = (torch.dtype, torch.device, torch.Size, torch.layout, torch.memory_format)
-# Kinds that are equal only to themselves and hold no state a graph reads: compared by identity.
+# Kinds equal only to themselves, holding nothing a graph reads: compared by identity.
 _BY_IDENTITY = (
-    types.BuiltinFunctionType,
-    types.BuiltinMethodType,
     types.WrapperDescriptorType,
     types.MethodDescriptorType,
-    types.MethodWrapperType,
-    types.ModuleType,
-    types.CodeType,
-    type,
     torch._ops.OpOverload,
     torch._ops.OpOverloadPacket,
 )
@@ -82,14 +80,16 @@ class _Opaque(Exception):
 
 def structure_key(op: Op, params: list[torch.Tensor]) -> tuple | None:
     """What ``op``'s graphs depend on besides the parameters' values, as a hashable tuple;
-    ``None`` where the op cannot share captures (random, or holding a value the key cannot
-    describe)."""
+    ``None`` where the op cannot share captures (random, running a user's code, or holding a
+    value the key cannot describe)."""
     if op.is_random():
         return None
     try:
-        return _Walk({id(p): i for i, p in enumerate(params)}).value(op)
-    except (_Opaque, RecursionError):
+        key = _Walk({id(p): i for i, p in enumerate(params)}).value(op)
+        hash(key)
+    except (_Opaque, RecursionError, TypeError):
         return None
+    return key
 
 
 def kept(key: tuple) -> list[Any]:
@@ -103,12 +103,33 @@ def kept(key: tuple) -> list[Any]:
 
 
 def keep(key: tuple, cap: Any) -> None:
-    """Keeps ``cap`` for ops of ``key``'s structure, dropping the least recently used key
-    beyond ``MAX_KEPT``."""
-    _kept.setdefault(key, []).append(cap)
+    """Keeps ``cap`` for ops of ``key``'s structure (up to ``MAX_TWINS``), dropping the least
+    recently used key beyond ``MAX_KEPT``."""
+    caps = _kept.setdefault(key, [])
+    caps.append(cap)
+    del caps[:-MAX_TWINS]
     _kept.move_to_end(key)
     while len(_kept) > MAX_KEPT:
         _kept.popitem(last=False)
+
+
+def clear() -> None:
+    """Forgets every kept capture (as a fresh process has none)."""
+    _kept.clear()
+
+
+def _trusted(obj: Any) -> bool:
+    """Whether ``obj`` (a class, function or Python module) is torch's or foldexp's."""
+    name = (
+        getattr(obj, "__module__", None) if not isinstance(obj, types.ModuleType) else obj.__name__
+    )
+    return isinstance(name, str) and name.split(".")[0] in _TRUSTED
+
+
+def _trusted_class(cls: type) -> bool:
+    """A class of torch's or foldexp's, with theirs above it (``object`` aside), none holding
+    slots that a description of the instance's ``__dict__`` would miss."""
+    return all(c is object or (_trusted(c) and "__slots__" not in c.__dict__) for c in cls.__mro__)
 
 
 class _Walk:
@@ -118,14 +139,21 @@ class _Walk:
     def __init__(self, params: dict[int, int]) -> None:
         self.params = params
         self.met: dict[int, int] = {}
+        self.alive: list[Any] = []  # what the walk built and met: no id reused while it runs
         self.nodes = 0
 
     def value(self, x: Any) -> Any:
         self.nodes += 1
         if self.nodes > _MAX_NODES:
             raise _Opaque("too large")
+        if isinstance(x, float):  # -0.0 == 0.0, yet copysign tells them apart
+            return ("float", x.hex())
+        if isinstance(x, complex):
+            return ("complex", x.real.hex(), x.imag.hex())
         if isinstance(x, _VALUES) or isinstance(x, _TORCH_VALUES):
             return (type(x), x)
+        if isinstance(x, slice):  # unhashable before Python 3.12
+            return ("slice", self.value(x.start), self.value(x.stop), self.value(x.step))
         if isinstance(x, _BY_IDENTITY):
             return ("is", x)
         if isinstance(x, torch.Tensor):
@@ -137,6 +165,7 @@ class _Walk:
         if id(x) in self.met:
             return ("met", self.met[id(x)])
         self.met[id(x)] = len(self.met)
+        self.alive.append(x)
         return self._object(x)
 
     def _object(self, x: Any) -> Any:
@@ -144,24 +173,32 @@ class _Walk:
             return (type(x), tuple((self.value(k), self.value(v)) for k, v in x.items()))
         if isinstance(x, (set, frozenset)):
             return (type(x), frozenset(self.value(v) for v in x))
-        if isinstance(x, types.FunctionType):
+        if isinstance(x, (type, types.ModuleType)) and _trusted(x):
+            return ("is", x)
+        if isinstance(x, types.BuiltinFunctionType):  # a C function, or a C method of an object
+            owner = x.__self__
+            if owner is None or isinstance(owner, (type, types.ModuleType)):
+                return ("is", x)
+            return ("bound", x.__name__, type(owner), self.value(owner))
+        if isinstance(x, types.FunctionType) and _trusted(x):
             cells = tuple(self._cell(c) for c in x.__closure__ or ())
-            # equal code objects of two modules read two modules' globals
-            where = (x.__module__, x.__qualname__, id(x.__globals__))
             defaults = (self.value(x.__defaults__), self.value(x.__kwdefaults__))
-            return ("fn", x.__code__, where, defaults, cells)
+            return ("fn", x.__code__, x.__module__, x.__qualname__, defaults, cells)
         if isinstance(x, types.MethodType):
             return ("method", self.value(x.__func__), self.value(x.__self__))
         if isinstance(x, functools.partial):
             return ("partial", self.value(x.func), self.value(x.args), self.value(x.keywords))
+        if not _trusted_class(type(x)):
+            raise _Opaque(f"a {type(x).__qualname__} (not torch's or foldexp's)")
         if isinstance(x, torch.nn.Module):
             return self._module(x)
         if isinstance(x, Op):
             state = {k: v for k, v in vars(x).items() if k not in _OP_DERIVED}
+            self.alive.append(state)
             return (type(x), self.value(state))
-        if type(x).__dict__.get("__slots__") is None and hasattr(x, "__dict__"):
+        if hasattr(x, "__dict__"):
             return (type(x), self.value(vars(x)))
-        raise _Opaque(f"a {type(x).__name__}")
+        raise _Opaque(f"a {type(x).__qualname__}")
 
     def _cell(self, cell: Any) -> Any:
         try:
@@ -182,8 +219,3 @@ class _Walk:
                 raise _Opaque("a module with buffers")
             parts.append((k, self.value(v)))
         return (type(m), tuple(parts))
-
-
-def clear() -> None:
-    """Forgets every kept capture (as a fresh process has none)."""
-    _kept.clear()

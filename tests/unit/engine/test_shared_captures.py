@@ -119,25 +119,56 @@ class _Shifted(nn.Module):
 
 
 def test_a_cell_holding_a_constant_tensor_is_captured_on_its_own(traces: list[int]) -> None:
-    assert shared_captures.structure_key(_model(_Shifted(1.0)).ops[0], []) is None
     _same_step_on_the_tape(_model(_Shifted(1.0)))
     made = traces[0]
     _same_step_on_the_tape(_model(_Shifted(5.0)))
     assert traces[0] > made
 
 
-def test_a_global_changed_between_two_models_is_caught_by_the_eager_check(
+def test_a_users_own_code_has_no_key_and_a_changed_global_is_captured_afresh(
     traces: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The key sees ``_scaled``'s code, not the global it reads: the second op's eager check
-    against the first op's graphs fails, and it is captured afresh."""
+    """No key can see the global ``_scaled`` reads (nor a class attribute, nor a slot): an op
+    running a user's function or class is captured on its own."""
     first = Compiler(fb.Map(fb.Vector(3) >> fb.FC(2) >> fb.Function(_scaled)) >> fb.Sum())
+    fused = next(op for op in first.ops if op.name == "FC >> _scaled")
+    assert shared_captures.structure_key(fused, list(fused.parameters())) is None
+    assert shared_captures.structure_key(_model(_Shifted(1.0)).ops[0], []) is None
     _same_step_on_the_tape(first)
     made = traces[0]
     monkeypatch.setattr(sys.modules[__name__], "SCALE", 3.0)
     second = Compiler(fb.Map(fb.Vector(3) >> fb.FC(2) >> fb.Function(_scaled)) >> fb.Sum())
     _same_step_on_the_tape(second)
     assert traces[0] > made
+
+
+def test_a_twin_that_fails_the_eager_check_is_not_used(
+    traces: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two ops given one key (as if it missed what tells them apart): the second's own eager
+    check refuses the first's graphs, and it is captured afresh."""
+    monkeypatch.setattr(shared_captures, "structure_key", lambda op, params: ("one key",))
+    _same_step_on_the_tape(_model(nn.Sequential(nn.Linear(3, 4), nn.LeakyReLU(0.1))))
+    made = traces[0]
+    _same_step_on_the_tape(_model(nn.Sequential(nn.Linear(3, 4), nn.LeakyReLU(-2.0))))
+    assert traces[0] > made
+
+
+def test_keys_tell_minus_zero_from_zero_and_describe_slices() -> None:
+    def key(module: nn.Module) -> tuple | None:
+        op = _model(module).ops[0]
+        return shared_captures.structure_key(op, list(op.parameters()))
+
+    assert key(nn.LeakyReLU(-0.0)) != key(nn.LeakyReLU(0.0))
+    picks = []
+    for stop in (2, 2, 3):
+        linear = nn.Linear(3, 2)
+        linear.pick = slice(0, stop)  # unhashable before Python 3.12: described by its parts
+        picks.append(key(linear))
+    assert None not in picks and picks[0] == picks[1] != picks[2]
+    with_tensor = nn.Linear(3, 2)
+    with_tensor.shift = torch.ones(2)  # no parameter: the graphs would keep its values
+    assert key(with_tensor) is None
 
 
 def test_random_ops_and_hooked_modules_have_no_key() -> None:
@@ -158,4 +189,7 @@ def test_the_kept_structures_are_bounded(monkeypatch: pytest.MonkeyPatch) -> Non
         shared_captures.keep(("structure", k), object())
     assert shared_captures.kept(("structure", 0)) == []
     assert len(shared_captures.kept(("structure", 2))) == 1
+    for k in range(shared_captures.MAX_TWINS + 2):
+        shared_captures.keep(("structure", 2), k)
+    assert shared_captures.kept(("structure", 2)) == list(range(2, shared_captures.MAX_TWINS + 2))
     shared_captures.clear()
