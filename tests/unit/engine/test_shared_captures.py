@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from tape_steps import step  # beside this file (pytest puts its folder on the path)
+from tape_steps import count_calls, step  # beside this file (pytest puts its folder on the path)
 from torch import nn
 
 import foldexp.blocks as fb
@@ -34,15 +34,7 @@ def traces(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Counts the tracer's runs; the kept captures are forgotten before and after the test."""
     old = capture._mode
     shared_captures.clear()
-    count = [0]
-    real = graphs.trace_graphs
-
-    def counted(*a, **k):
-        count[0] += 1
-        return real(*a, **k)
-
-    monkeypatch.setattr(graphs, "trace_graphs", counted)
-    yield count
+    yield count_calls(monkeypatch, graphs, "trace_graphs")
     shared_captures.clear()
     set_compile_mode(old)
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import torch
+from tape_steps import count_calls
 from tape_steps import step as _step  # beside this file (pytest puts its folder on the path)
 from torch import nn
 
@@ -41,15 +42,7 @@ def _same_step(model: Compiler, inputs: list, atol: float = 1e-6) -> None:
 def _engine_entries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the per-group route's calls into autograd's engine (the step's own
     ``loss.backward()`` is one more)."""
-    calls = [0]
-    real = run._group_grads
-
-    def counted(*a, **k):
-        calls[0] += 1
-        return real(*a, **k)
-
-    monkeypatch.setattr(run, "_group_grads", counted)
-    return calls
+    return count_calls(monkeypatch, run, "_group_grads")
 
 
 def test_tree_lstm_step_equals_the_per_group_route_with_one_engine_entry(
