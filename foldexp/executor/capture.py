@@ -18,9 +18,10 @@ What a capture promises is checked, never assumed:
 - **Meaning.** A capture's first use is compared with the body run eagerly (values and
   gradients); a body that mutates its inputs or buffers, returns an alias the graphs leave out,
   or differs, is refused.
-- **Twins.** Another op of the same structure (``shared_captures.py``: the same code and
-  values; a second model of the same cells) runs the first one's capture, once the check above
-  passes for it too: a process pays one trace per cell, not one per model.
+- **Twins.** Another op of the same structure (``shared_captures.py``: the same code, torch's
+  or foldexp's, and the same values; a second model of the same cells) runs the first one's
+  capture, once the check above passes for it too: a process pays one trace per cell, not one
+  per model.
 - **What cannot be traced** (data-dependent Python, a C++ kernel without a fake, hooks, loops
   of computed length) is refused at once. A refused op runs on the eager route, and is named
   once in the log with the reason.
